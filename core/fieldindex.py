@@ -99,7 +99,7 @@ class Postings:
     def among(self, values: np.ndarray) -> np.ndarray:
         """The documents of the values equal to one of ``values`` (sorted, distinct): a run of the sorted values
         each, found for all at once."""
-        return self.docs[_runs(np.searchsorted(self.values, values, "left"), np.searchsorted(self.values, values, "right"))]
+        return self.docs[run_positions(np.searchsorted(self.values, values, "left"), np.searchsorted(self.values, values, "right"))]
 
     def _at(self, value: float, side: Literal["left", "right"]) -> int:
         return int(np.searchsorted(self.values, value, side=side))
@@ -139,7 +139,7 @@ class Field:
                 code = self._codes()
                 codes = np.fromiter(map(code.get, some, repeat(-1)), dtype=np.int64, count=len(some))
                 codes = np.unique(codes[codes >= 0])
-                found.append(self.string_docs[_runs(self.string_starts[codes], self.string_starts[codes + 1])])
+                found.append(self.string_docs[run_positions(self.string_starts[codes], self.string_starts[codes + 1])])
             elif kind == "boolean":
                 found += [docs for flag, docs in ((True, self.true), (False, self.false))
                           if docs is not None and flag in some]
@@ -435,7 +435,7 @@ def _grouped(values: tuple[MetaValue, ...]) -> dict[Kind | None, list[MetaValue]
     return grouped
 
 
-def _runs(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def run_positions(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """The positions ``starts[i]:ends[i]`` of every run, one after another: ``np.concatenate`` of the aranges
     without a Python step per run."""
     lengths = ends - starts

@@ -6,15 +6,18 @@
 variant, the formula the base's ``lexical/`` was built with) over the live passages, base and segment together: the
 number of passages, their mean length and each term's document frequency count the live passages only, as an index
 built from scratch over the same documents would. A snapshot's statistics are the base's (counted once a base), less
-its dead passages', plus the segment's: O(segment + tombstones) postings.
+its dead passages', plus the segment's, kept apart and joined for a query's terms at the search: a write costs its
+own document's terms (numbered once, ``BaseTerms.numbered``) and O(segment + tombstones) postings, nothing over every
+passage or term of the base.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 from collections import ChainMap
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,39 +28,38 @@ from spanseek.core.phrase_index import PhraseIndex
 
 class LiveLexical:
     """BM25 over base + segment passages, counting only the live ones (module docstring); ``scores`` as
-    ``LexicalIndex.scores``. ``base_terms`` are the base's passages' terms (tokenised once per base); ``live``: (P,)
-    bool, the passages not deleted. A snapshot reads the base's term frequencies where they lie and counts the
-    statistics from the base's (made once a base), less its dead passages', plus the segment's: O(segment +
-    tombstones) postings, not the base's (500 ms a write at 1M passages of 30 terms when recounted over all)."""
+    ``LexicalIndex.scores``. ``base_terms`` are the base's passages' terms (tokenised once per base); ``segment``: each
+    segment passage's term columns (``BaseTerms.numbered``, made once a written document); ``dead``: the base's
+    passages deleted (sorted, distinct). A snapshot reads the base's term frequencies where they lie and keeps what
+    the writes change apart: the segment's postings, the dead passages' document frequencies and lengths. A query
+    term's idf is made from them at the search; nothing is made over every passage or every term (a snapshot recounted
+    the base's postings, 500 ms a write at 1M passages of 30 terms; then made an idf, a mask and lengths over all of
+    them, and numbered every segment term again)."""
 
-    def __init__(self, base: LexicalIndex, base_terms: BaseTerms, segment_terms: Sequence[list[str]],
-                 live: np.ndarray):
-        import scipy.sparse as sp
-
+    def __init__(self, base: LexicalIndex, base_terms: BaseTerms, segment: Sequence[np.ndarray], dead: np.ndarray):
         r = base.retriever
         self.k1, self.b, self.method = float(r.k1), float(r.b), r.method
         self.base, self.base_terms = base, base_terms
-        self.n_passages = len(live)
         self.n_base, self.n_base_terms = base_terms.tf.shape
-        new: dict[str, int] = {}  # the segment's terms the base has not, numbered after the base's
-        self.vocab = ChainMap(new, base_terms.vocab)
-        known = base_terms.vocab.get  # (a plain dict's lookup: the ChainMap's cost 5 us a term of the segment)
-        cols = [c if (c := known(t)) is not None else new.setdefault(t, self.n_base_terms + len(new))
-                for terms in segment_terms for t in terms]
-        rows = np.repeat(np.arange(len(segment_terms)), [len(t) for t in segment_terms])
-        n_terms = self.n_base_terms + len(new)  # (not len(self.vocab): a ChainMap's counts every key)
-        seg = sp.csc_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(segment_terms), n_terms))
-        seg.sum_duplicates()
-        self.segment_tf = seg  # (S, V) term frequencies of the segment's passages
-        self.live = live.astype(np.float32)
-        self.doc_len = np.concatenate([base_terms.doc_len, [len(t) for t in segment_terms]]).astype(np.int64)
-        n_live = int(live.sum())
-        self.avg_len = np.float64(self.doc_len[live].mean()) if n_live else np.float64(1.0)
-        dead = np.flatnonzero(~live[:self.n_base])
-        df = np.zeros(n_terms, np.int64)  # (V,) live passages holding each term
-        df[:self.n_base_terms] = base_terms.df - _holding(base_terms.tf[dead])
-        df += _holding(sp.diags(live[self.n_base:].astype(np.float32)) @ seg) if len(segment_terms) else 0
-        self.idf = np.where(df > 0, np.log(1 + (n_live - df + 0.5) / (df + 0.5)), 0.0).astype(np.float32)
+        self.n_terms = base_terms.n_terms  # the terms numbered so far; later writes' are not this snapshot's
+        self.vocab = base_terms.vocabulary
+        self.n_passages = self.n_base + len(segment)
+        self.dead = np.zeros(self.n_base, bool)  # (calloc'd: pages are made only where a passage is dead)
+        self.dead[dead] = True
+        self.seg_len = np.asarray([len(c) for c in segment], np.int64)
+        # the segment's postings by term: (term, passage) pairs in order, each once with its count
+        pairs = np.sort(np.concatenate([np.zeros(0, np.int64), *segment]) * max(len(segment), 1)
+                        + np.repeat(np.arange(len(segment)), self.seg_len))
+        first = np.flatnonzero(np.r_[True, pairs[1:] != pairs[:-1]]) if len(pairs) else np.zeros(0, np.int64)
+        self.seg_rows = pairs[first] % max(len(segment), 1)
+        self.seg_tf = np.diff(np.r_[first, len(pairs)]).astype(np.float32)
+        self.seg_terms, self.seg_starts = _runs_of(pairs[first] // max(len(segment), 1))
+        # the dead passages' postings: each (passage, term) once in a summed CSR, so a term's count is its dead df
+        self.dead_terms, at = _runs_of(np.sort(base_terms.tf[dead].indices.astype(np.int64)))
+        self.dead_df = np.diff(at)
+        self.n_live = self.n_base - len(dead) + len(segment)
+        total = base_terms.total_len - int(base_terms.doc_len[dead].sum()) + int(self.seg_len.sum())
+        self.avg_len = np.float64(total) / self.n_live if self.n_live else np.float64(1.0)  # (as a mean of them)
 
     def describe(self) -> dict[str, Any]:
         return {**self.base.describe(), "passages": self.n_passages, "live": True}
@@ -70,26 +72,43 @@ class LiveLexical:
         """The terms of ``texts`` by the base's analyzer (the segment's passages were made with it)."""
         return self.base.tokenize(texts)
 
-    def term_scores(self, term: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def idf(self, terms: np.ndarray) -> np.ndarray:
+        """(n,) float32 idf of term columns ``terms`` over the live passages."""
+        terms = np.asarray(terms, np.int64)
+        df = np.zeros(len(terms), np.int64)
+        in_base = terms < self.n_base_terms
+        df[in_base] = self.base_terms.df[terms[in_base]]
+        df = df - _count_of(self.dead_terms, self.dead_df, terms) + _count_of(self.seg_terms, np.diff(self.seg_starts),
+                                                                               terms)
+        return np.where(df > 0, np.log(1 + (self.n_live - df + 0.5) / (df + 0.5)), 0.0).astype(np.float32)
+
+    def term_scores(self, term: int, idf: np.float32) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """The passages holding ``term`` and their BM25 score for it (0 for passages not live): the base's, then the
         segment's (each read where it lies, not copied together: a common term has a long list in the base)."""
-        base, seg = self.base_terms.by_term, self.segment_tf
-        parts = [(base, 0)] if term < self.n_base_terms else []
-        for tf_of, first in (*parts, (seg, self.n_base)):
+        if term < self.n_base_terms:
+            tf_of = self.base_terms.by_term
             a, b = tf_of.indptr[term], tf_of.indptr[term + 1]
-            if a == b:
-                continue
-            rows, tf = (tf_of.indices[a:b] + first) if first else tf_of.indices[a:b], tf_of.data[a:b]
-            tfc = tf / (self.k1 * ((1 - self.b) + self.b * self.doc_len[rows] / self.avg_len) + tf)  # float64, as bm25s
-            yield rows, (self.idf[term] * tfc).astype(np.float32) * self.live[rows]
+            rows = tf_of.indices[a:b]
+            s = self._scored(idf, tf_of.data[a:b], self.base_terms.doc_len[rows])
+            yield rows, np.where(self.dead[rows], np.float32(0), s)
+        at = np.searchsorted(self.seg_terms, term)
+        if at < len(self.seg_terms) and self.seg_terms[at] == term:
+            a, b = self.seg_starts[at], self.seg_starts[at + 1]
+            rows = self.seg_rows[a:b]
+            yield rows + self.n_base, self._scored(idf, self.seg_tf[a:b], self.seg_len[rows])
+
+    def _scored(self, idf: np.float32, tf: np.ndarray, length: np.ndarray) -> np.ndarray:
+        tfc = tf / (self.k1 * ((1 - self.b) + self.b * length / self.avg_len) + tf)  # float64, as bm25s
+        return (idf * tfc).astype(np.float32)
 
     def scores(self, questions: Sequence[str], terms: Sequence[list[str]] | None = None) -> np.ndarray:
         """(B, P) float32 BM25 score of every passage for every question (0 where no query term occurs); ``terms``:
         the questions' ``tokenize``, when the caller has it (as ``LexicalIndex.scores``)."""
         out = np.zeros((len(questions), self.n_passages), np.float32)
         for q, words in enumerate(self.tokenize(questions) if terms is None else terms):
-            for term in (self.vocab[t] for t in words if t in self.vocab):
-                for rows, s in self.term_scores(term):
+            held = [c for t in words if (c := self.vocab.get(t)) is not None and c < self.n_terms]
+            for term, idf in zip(held, self.idf(np.asarray(held, np.int64)), strict=True):
+                for rows, s in self.term_scores(term, idf):
                     out[q, rows] += s
         return out
 
@@ -97,14 +116,55 @@ class LiveLexical:
         return top_passages(self.scores(questions), k)
 
 
+def _runs_of(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted ``values``' distinct values and where each one's run starts (with the end appended)."""
+    first = np.flatnonzero(np.r_[True, values[1:] != values[:-1]]) if len(values) else np.zeros(0, np.int64)
+    return values[first], np.r_[first, len(values)].astype(np.int64)
+
+
+def _count_of(keys: np.ndarray, counts: np.ndarray, terms: np.ndarray) -> np.ndarray:
+    """``counts`` of ``terms`` among the sorted distinct ``keys`` (0 for a term not among them)."""
+    if not len(keys):
+        return np.zeros(len(terms), np.int64)
+    at = np.minimum(np.searchsorted(keys, terms), len(keys) - 1)
+    return np.where(keys[at] == terms, counts[at], 0)
+
+
 @dataclass(frozen=True)
 class BaseTerms:
     """Term frequencies of a base's passages: tf (P, V) CSR, vocab {term: column}, doc_len (P,) terms a passage;
-    ``by_term`` and ``df`` are made once a base, for its snapshots."""
+    ``by_term``, ``df`` and ``total_len`` are made once a base, for its snapshots. ``extra``: the written documents'
+    terms the base has not, numbered after its own as writes bring them (``numbered``), for every later snapshot."""
 
     tf: Any
     vocab: dict[str, int]
     doc_len: np.ndarray
+    extra: dict[str, int] = field(default_factory=dict, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+
+    @functools.cached_property
+    def vocabulary(self) -> Mapping[str, int]:
+        """Every term's column: the base's, then the written documents' (``extra``)."""
+        return ChainMap(self.extra, self.vocab)
+
+    @property
+    def n_terms(self) -> int:
+        """The terms numbered so far, the base's and the written documents'."""
+        return self.tf.shape[1] + len(self.extra)
+
+    @functools.cached_property
+    def total_len(self) -> int:
+        """The terms of every passage together."""
+        return int(self.doc_len.sum())
+
+    def numbered(self, terms: Sequence[list[str]]) -> list[np.ndarray]:
+        """Each passage's terms (a written document's) as their columns, a term the base has not numbered after the
+        base's once (``extra``): a dictionary lookup a term, once a document, not at each write."""
+        known, n = self.vocab.get, self.tf.shape[1]  # (a plain dict's lookup: a ChainMap's cost 5 us a term)
+        with self._lock:
+            extra = self.extra
+            return [np.fromiter((c if (c := known(t)) is not None else extra.setdefault(t, n + len(extra))
+                                 for t in ts), np.int64, count=len(ts)) for ts in terms]
 
     @functools.cached_property
     def by_term(self) -> Any:
@@ -132,7 +192,7 @@ class BaseTerms:
         tf = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(terms), len(vocab)))
         tf.sum_duplicates()
         out = cls(tf, vocab, np.asarray([len(t) for t in terms], np.int64))
-        out.by_term, out.df  # noqa: B018  (made here, with the base, not by its first write)
+        out.by_term, out.df, out.total_len  # noqa: B018  (made here, with the base, not by its first write)
         return out
 
 

@@ -53,7 +53,7 @@ import numpy as np
 from spanseek.core.chained import Chained, ChainedArray, TokenMap
 from spanseek.core.dense import merge_top
 from spanseek.core.faiss_spec import ivf_of
-from spanseek.core.fieldindex import FieldIndex, JoinedFieldIndex
+from spanseek.core.fieldindex import FieldIndex, JoinedFieldIndex, run_positions
 from spanseek.core.flat_search import flat_vectors
 from spanseek.core.hits import HitBuilder
 from spanseek.core.lexical import passage_text, tokenize
@@ -227,6 +227,28 @@ def written_parts(doc: EncodedDocument, index: Any, keep_codes: bool) -> Written
     return parts
 
 
+def term_columns(doc: EncodedDocument, base_terms: BaseTerms) -> list[np.ndarray]:
+    """``doc``'s passages' BM25 terms as columns of ``base_terms`` (``BaseTerms.numbered``), made at the first
+    snapshot that holds the document and kept on it, as ``written_parts`` are: a write numbers its own terms."""
+    made = doc.__dict__.get("_term_columns")
+    if made is None or made[0]() is not base_terms:
+        made = doc.__dict__["_term_columns"] = (weakref.ref(base_terms), base_terms.numbered(doc.terms))
+    return made[1]
+
+
+def passages_of(index: PhraseIndex, docs: np.ndarray) -> np.ndarray:
+    """The passages of documents ``docs`` (sorted, distinct): the index's passages by document, made once an index
+    (again for a copy given other passages), then a run of them a document, not a pass over every passage."""
+    made = index.__dict__.get("_doc_passages")
+    if made is None or made[0] is not index.passages:
+        order = np.argsort(index.passage_doc, kind="stable")
+        made = index.__dict__["_doc_passages"] = (
+            index.passages, (order, np.searchsorted(index.passage_doc[order], np.arange(len(index.docs) + 1))))
+    order, starts = made[1]
+    docs = np.asarray(docs, np.int64)
+    return np.sort(order[run_positions(starts[docs], starts[docs + 1])])
+
+
 def segment_index(template: Any, parts: Sequence[np.ndarray]) -> Any:
     """A faiss index of the segment's kept tokens, in order: ``template`` (the base's trained, empty index) filled
     with its documents' rows: an IVF index takes their codes (``WrittenParts.rows``: no quantiser search or encoding
@@ -295,10 +317,9 @@ class LiveIndex(PhraseIndex):
             indexed_tokens=self.faiss.ntotal)
         self.lexical = None
         if base.lexical is not None and base_terms is not None:
-            dead = np.zeros(len(self.docs), dtype=bool)
-            dead[self.deleted_docs] = True
-            live = ~dead[self.passage_doc]
-            self.lexical = LiveLexical(base.lexical, base_terms, [t for doc in segment for t in doc.terms], live)
+            self.lexical = LiveLexical(base.lexical, base_terms, [c for doc in segment for c in
+                                                                  term_columns(doc, base_terms)],
+                                       passages_of(base, self.deleted_docs))
 
     @property
     def seg_vectors(self) -> np.ndarray:

@@ -140,13 +140,13 @@ def test_a_snapshot_s_unit_runs_are_those_of_its_whole_passage_lists(seed):
 
 
 def test_a_write_s_searcher_sorts_the_segment_s_passages_not_every_passage():
-    """A snapshot's hybrid stage (``LexicalFusion``, made for each write's searcher) over a base of 300,000 passages
+    """A snapshot's hybrid stage (``LexicalFusion``, made for each write's searcher) over a base of 150,000 passages
     costs a fraction of numpy's unique of the passages' documents (CPU time, the least of three), which it made, and
     a sort of every passage, for every write (3 s a write at 1M passages)."""
     from spanseek.core.selection import unit_runs
 
     rng = random.Random(0)
-    base = memory_base([{"id": f"d{d}", "title": "t"} for d in range(150_000)], rng)
+    base = memory_base([{"id": f"d{d}", "title": "t"} for d in range(100_000)], rng)
     segment = [encoded({"id": f"n{i}", "title": "n"}, rng) for i in range(20)]
     snaps = [LiveIndex(base, segment[:k], np.zeros(0, np.int64), empty_like(base.faiss), None) for k in (19, 20)]
     of = [{u: f(s) for u, f in UNIT_OF_PASSAGE.items() if f is not None} for s in snaps]
@@ -243,12 +243,44 @@ def test_live_bm25_counts_the_live_base_and_segment_passages_as_a_scan_does(seed
     tf.sum_duplicates()
     terms = BaseTerms(tf, vocab, np.asarray([len(t) for t in base_terms]))
     live = [rng.random() > 0.2 for _ in base_terms] + [True] * len(seg_terms)
-    lexical = LiveLexical(SimpleNamespace(retriever=SimpleNamespace(k1=1.5, b=0.75, method="lucene")), terms,
-                          seg_terms, np.asarray(live))
+    retriever = SimpleNamespace(retriever=SimpleNamespace(k1=1.5, b=0.75, method="lucene"))
+    lexical = LiveLexical(retriever, terms, terms.numbered(seg_terms), np.flatnonzero(~np.asarray(live[:40])))
     questions = [rng.sample(words, 3) for _ in range(6)]
     got = lexical.scores(["?"] * len(questions), questions)
     want = [bm25(base_terms + seg_terms, live, q) for q in questions]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got, counted_over_all(terms, seg_terms, np.asarray(live), questions))
+
+
+def counted_over_all(terms, seg_terms: list[list[str]], live: np.ndarray, questions: list[list[str]]) -> np.ndarray:
+    """BM25 as a snapshot counted it over every passage and term (each term's idf, the live mask and every passage's
+    length in arrays over all of them), to the bit: what a snapshot's lexical part must still give."""
+    import scipy.sparse as sp
+
+    vocab = dict(terms.vocab)
+    cols = [vocab.setdefault(t, len(vocab)) for ts in seg_terms for t in ts]
+    rows = np.repeat(np.arange(len(seg_terms)), [len(t) for t in seg_terms])
+    seg = sp.csc_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(seg_terms), len(vocab)))
+    seg.sum_duplicates()
+    n_base, n_base_terms = terms.tf.shape
+    doc_len = np.concatenate([terms.doc_len, [len(t) for t in seg_terms]]).astype(np.int64)
+    n_live = int(live.sum())
+    avg = np.float64(doc_len[live].mean())
+    df = np.zeros(len(vocab), np.int64)
+    df[:n_base_terms] = np.asarray((terms.tf[live[:n_base]] > 0).sum(axis=0)).reshape(-1)
+    df += np.asarray((seg > 0).sum(axis=0)).reshape(-1)
+    idf = np.where(df > 0, np.log(1 + (n_live - df + 0.5) / (df + 0.5)), 0.0).astype(np.float32)
+    by_term, mask = terms.tf.tocsc(), live.astype(np.float32)
+    out = np.zeros((len(questions), len(live)), np.float32)
+    for q, words in enumerate(questions):
+        for term in (vocab[t] for t in words if t in vocab):
+            parts = [(by_term, 0)] if term < n_base_terms else []
+            for tf_of, first in (*parts, (seg, n_base)):
+                a, b = tf_of.indptr[term], tf_of.indptr[term + 1]
+                r, tf = tf_of.indices[a:b] + first, tf_of.data[a:b]
+                tfc = tf / (1.5 * ((1 - 0.75) + 0.75 * doc_len[r] / avg) + tf)
+                out[q, r] += (idf[term] * tfc).astype(np.float32) * mask[r]
+    return out
 
 
 def least(run) -> float:
@@ -274,12 +306,10 @@ def test_a_write_s_bm25_statistics_cost_the_segment_not_the_base_s_postings():
     tf = sp.csr_matrix((np.ones(n * per, np.float32), (rows, cols)), shape=(n, words))
     terms = BaseTerms(tf, {f"w{i}": i for i in range(words)}, np.full(n, per))
     terms.by_term, terms.df  # noqa: B018  (made once a base)
-    live = np.ones(n + 1, bool)
-    live[7] = False
-
     one_pass = least(tf.tocsc)
     retriever = SimpleNamespace(retriever=SimpleNamespace(k1=1.5, b=0.75, method="lucene"))
-    assert least(lambda: LiveLexical(retriever, terms, [["w1", "new"]], live)) < 0.3 * one_pass
+    written = terms.numbered([["w1", "new"]])
+    assert least(lambda: LiveLexical(retriever, terms, written, np.asarray([7]))) < 0.3 * one_pass
 
 
 def test_a_write_s_bm25_part_costs_about_a_dictionary_lookup_a_segment_term():
@@ -296,12 +326,11 @@ def test_a_write_s_bm25_part_costs_about_a_dictionary_lookup_a_segment_term():
     terms.by_term, terms.df  # noqa: B018  (made once a base)
     seg_terms = [[rng.choice(words) if rng.random() < 0.9 else f"new{rng.randrange(999)}" for _ in range(150)]
                  for _ in range(400)]
-    live = np.ones(len(words) + len(seg_terms), bool)
     retriever = SimpleNamespace(retriever=SimpleNamespace(k1=1.5, b=0.75, method="lucene"))
 
     held = terms.vocab
     one_pass = least(lambda: [held.get(t) for ts in seg_terms for t in ts])
-    assert least(lambda: LiveLexical(retriever, terms, seg_terms, live)) < 6 * one_pass
+    assert least(lambda: LiveLexical(retriever, terms, terms.numbered(seg_terms), np.zeros(0, np.int64))) < 6 * one_pass
 
 
 def test_a_written_document_keeps_no_float32_copy_of_its_vectors_nor_its_base_s_index_alive():
@@ -337,3 +366,53 @@ def test_a_written_document_keeps_no_float32_copy_of_its_vectors_nor_its_base_s_
     del live, base
     gc.collect()
     assert ref() is None
+
+
+class Counted(dict):
+    """A vocabulary that counts its lookups."""
+
+    looked = 0
+
+    def get(self, key, default=None):
+        Counted.looked += 1
+        return super().get(key, default)
+
+
+def test_a_write_numbers_its_own_document_s_terms_once():
+    """Over a series of writes each written document's BM25 terms are looked up in the base's vocabulary once, by the
+    first snapshot that holds it (each snapshot numbered every segment term again)."""
+    import scipy.sparse as sp
+
+    from spanseek.core.live_lexical import BaseTerms
+
+    rng = random.Random(0)
+    base = memory_base([{"id": f"d{d}", "title": "t"} for d in range(200)], rng)
+    n = len(base.passages)
+    tf = sp.csr_matrix((np.ones(n, np.float32), (np.arange(n), np.arange(n) % 50)), shape=(n, 50))
+    terms = BaseTerms(tf, Counted({f"w{i}": i for i in range(50)}), np.ones(n, np.int64))
+    Counted.looked = 0
+    base.lexical = SimpleNamespace(retriever=SimpleNamespace(k1=1.5, b=0.75, method="lucene"), analyzer="folded")
+    written = []
+    for i in range(6):
+        doc = encoded({"id": f"n{i}", "title": "n"}, rng)
+        written.append(dataclasses.replace(doc, terms=tuple([f"w{i}", f"new{i}", "w3"] for _ in doc.passages)))
+        LiveIndex(base, written, np.asarray([1, 2]), empty_like(base.faiss), terms)
+    assert Counted.looked == sum(len(t) for doc in written for t in doc.terms)
+
+
+def test_a_write_s_bm25_part_makes_nothing_over_every_passage():
+    """A snapshot's BM25 part over a base of 2M passages takes a fraction of the mean passage length over them that it
+    made (CPU time, the least of three), with an idf, a live mask and the lengths over every passage and term."""
+    import scipy.sparse as sp
+
+    from spanseek.core.live_lexical import BaseTerms, LiveLexical
+
+    n = 2_000_000
+    tf = sp.csr_matrix((np.ones(n, np.float32), np.arange(n) % 1000, np.arange(n + 1)), shape=(n, 1000))
+    terms = BaseTerms(tf, {f"w{i}": i for i in range(1000)}, np.full(n, 3, np.int64))
+    terms.by_term, terms.df, terms.total_len  # noqa: B018  (made once a base)
+    written = terms.numbered([["w1", "new"], ["w2"]])
+    retriever = SimpleNamespace(retriever=SimpleNamespace(k1=1.5, b=0.75, method="lucene"))
+    live = np.ones(n + 2, bool)
+    mean_length = least(lambda: np.concatenate([terms.doc_len, [2, 1]])[live].mean())
+    assert least(lambda: LiveLexical(retriever, terms, written, np.asarray([5, 9]))) < 0.2 * mean_length
