@@ -42,11 +42,12 @@ store (sq8/sq4) reads the segment's neighbour vectors as fp16.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -268,6 +269,36 @@ def segment_index(template: Any, parts: Sequence[np.ndarray]) -> Any:
     return out
 
 
+class SegmentPassages(Sequence[dict[str, Any]]):
+    """The segment's passage records (``passages.jsonl``'s lines, their documents numbered from ``first_doc``), each
+    made when read: a write's snapshot makes none (it made a record of every segment passage)."""
+
+    def __init__(self, segment: Sequence[EncodedDocument], first_doc: int):
+        self.segment, self.first_doc = segment, first_doc
+        counts = np.fromiter((len(doc.passages) for doc in segment), np.int64, count=len(segment))
+        self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.doc = np.repeat(np.arange(len(segment), dtype=np.int64) + first_doc, counts)  # (S,) each's document
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = operator.index(i) + (len(self) if operator.index(i) < 0 else 0)
+        if not 0 <= i < len(self):
+            raise IndexError(f"index {i} out of range for {len(self)} passages")
+        k = int(self.doc[i]) - self.first_doc
+        q = self.segment[k].passages[i - int(self.starts[k])]
+        return passage_record(self.first_doc + k, q["para"], q["text"], q.get("meta"))
+
+
 class LiveIndex(PhraseIndex):
     """The base ``PhraseIndex`` followed by the segment's documents, less the tombstoned base documents.
 
@@ -295,13 +326,12 @@ class LiveIndex(PhraseIndex):
         self.token_flags = ChainedArray(base.token_flags, seg.token_flags)
         self.passage_tokens = ChainedArray(base.passage_tokens, n + seg.passage_tokens[1:])
         seg_docs = [doc.record for doc in segment]
-        seg_passages = [passage_record(d + k, q["para"], q["text"], q.get("meta"))
-                        for k, doc in enumerate(segment) for q in doc.passages]
+        seg_passages = SegmentPassages(self.segment, d)
         self.passages = Chained(base.passages, seg_passages)  # the base's lists are shared, not copied
         self.docs = Chained(base.docs, seg_docs)
         self.deleted_docs = np.union1d(base.deleted_docs, tombstones).astype(np.int64)
         self._fields = JoinedFieldIndex(base.fields, FieldIndex.build(seg_docs))  # the base's is built once a base
-        self.passage_doc = np.concatenate([base.passage_doc, [q["doc"] for q in seg_passages]]).astype(np.int64)
+        self.passage_doc = np.concatenate([base.passage_doc, seg_passages.doc])
         n_seg = int(seg_ntokens.sum())
         kept = np.flatnonzero(np.concatenate([doc.kept for doc in segment])) if segment else np.zeros(0, np.int64)
         keep_codes = base.codes is not None

@@ -155,6 +155,23 @@ def test_a_write_s_searcher_sorts_the_segment_s_passages_not_every_passage():
     assert least(lambda: unit_runs(snaps[1], of[1])) < 0.2 * least(lambda: np.unique(whole))
 
 
+def test_a_write_s_snapshot_makes_no_record_of_its_segment_s_passages_until_read(monkeypatch):
+    """A snapshot's segment passages are made into records when read, not by the write (each write made a record of
+    every segment passage: 5 ms a write at 500 documents written, growing with them)."""
+    import spanseek.core.segment as segment_module
+
+    made: list[tuple] = []
+    record = segment_module.passage_record
+    monkeypatch.setattr(segment_module, "passage_record", lambda *a: made.append(a) or record(*a))
+    rng = random.Random(0)
+    base = memory_base([{"id": f"d{d}", "title": "t"} for d in range(30)], rng)
+    segment = [encoded({"id": f"n{i}", "title": "n"}, rng) for i in range(50)]
+    live = LiveIndex(base, segment, np.zeros(0, np.int64), empty_like(base.faiss), None)
+    assert made == []
+    assert live.passages[len(base.passages)] == {"doc": 30, "para": 0, "text": "new n0.0"} and len(made) == 1
+    assert live.passages[-1]["doc"] == 79 and np.array_equal(live.passage_doc[-3:], [r["doc"] for r in live.passages[-3:]])
+
+
 def test_a_copy_given_other_passages_reads_their_documents_not_the_original_s():
     """A copy of an index given other passages (``trainer.calibrate.without_documents``, after a searcher over the
     original made its passages' documents) numbers them by its own passages."""
