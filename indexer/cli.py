@@ -245,10 +245,23 @@ def _index_of(args: argparse.Namespace) -> str:
     return _index_dir(str(args.index_dir or args.index))
 
 
+def _verified_live_dir(flag: str | None, index: str) -> str | None:
+    """The live directory `index verify` checks: ``--live-dir``; else ``SPANSEEK_LIVE_DIR`` where the index verified
+    is the one `spanseek serve` in this environment serves (``SPANSEEK_INDEX``); else None, the index path + ``.live``:
+    a backup's own, not the live directory of the server the environment runs (in its container, say)."""
+    live_dir, variable = _live_dir(flag)
+    if variable is None:
+        return live_dir
+    served = _served_env("index")
+    return live_dir if served is not None and Path(_index_dir(served[1])).resolve() == Path(index).resolve() else None
+
+
 def _verify(args: argparse.Namespace) -> int:
     from spanseek.indexer.verify import verify_index
 
-    report = verify_index(_index_of(args), sample=args.sample, k=args.k, nprobe=args.nprobe)
+    index = _index_of(args)
+    report = verify_index(index, sample=args.sample, k=args.k, nprobe=args.nprobe,
+                          live_dir=_verified_live_dir(args.live_dir, index))
     print(json.dumps(report, indent=2))
     return 0 if report["ok"] else 1
 
@@ -555,6 +568,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="own vectors used as queries (default: %(default)s)")
     p.add_argument("--k", type=_positive_int, default=10, help="recall@k against exact search (default: %(default)s)")
     p.add_argument("--nprobe", type=_positive_int, default=None, help="IVF lists probed (default: the index's)")
+    p.add_argument("--live-dir", default=None, help="the live directory of a server with writes over the index, "
+                   f"checked where it holds a server's state.json (default: {LIVE_DIR_ENV} where the index is the one "
+                   "SPANSEEK_INDEX names, as `spanseek serve` reads them, else the index path + '.live')")
     p.set_defaults(func=_verify)
 
     p = index.add_parser("switch", help="point an alias (symlink or pointer file) at an index, atomically; a "

@@ -89,8 +89,9 @@ from spanseek.indexer.live_state import default_live_dir as default_live_dir
 from spanseek.indexer.live_state import index_digest as index_digest
 from spanseek.indexer.live_state import read_state as read_state
 from spanseek.indexer.live_state import state_base as state_base
+from spanseek.indexer.live_state import state_logs as state_logs
 from spanseek.indexer.shards import encode_passages
-from spanseek.indexer.wal import WriteAheadLog, read_entries
+from spanseek.indexer.wal import WriteAheadLog, entry_ids, read_entries
 
 log = logging.getLogger(__name__)
 
@@ -435,7 +436,7 @@ def last_writes(logs: Iterable[Path]) -> dict[str, int]:
     last: dict[str, int] = {}
     n = -1
     for n, entry in enumerate(e for path in logs for e in read_entries(path, repair=False)):
-        for doc_id in ([str(d.get("id")) for d in entry["docs"]] if entry["op"] == "upsert" else entry["ids"]):
+        for doc_id in entry_ids(entry):
             last[doc_id] = n
     return last
 
@@ -491,12 +492,7 @@ class LiveStore:
         self._set_base(base)
         self.segment = Segment.over(base)
         self.replayed = 0
-        logs = [self.dir / WAL_DIR / name for name in self.state["wals"]]
-        missing = [p for p in logs if not p.is_file()] if (self.dir / STATE).is_file() else []
-        if missing:  # every log state.json lists was made before it was listed: this one was moved or deleted
-            raise LiveStoreError(f"{missing[0]}: the write log {self.dir / STATE} lists is missing, and the writes it "
-                                 "held with it; put it back, or move the live directory away to serve the base "
-                                 "index without them")
+        logs = state_logs(self.dir, self.state)
         size = sum(p.stat().st_size for p in logs if p.is_file())
         if size:
             log.info("replaying the write log: %d files, %.1f MB (every written document is encoded again)",

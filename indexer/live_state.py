@@ -157,3 +157,16 @@ def state_base(live_dir: str | Path, state: dict[str, Any], index: str | Path) -
                              "the live directory whole (`spanseek index snapshot` copies it consistently), or move "
                              f"{live_dir} away to serve {index} without its writes")
     return path
+
+
+def state_logs(live_dir: Path, state: dict[str, Any]) -> list[Path]:
+    """The write logs ``state`` lists, in order; LiveStoreError naming the first one missing where ``state.json``
+    exists (every log it lists was made before it was listed: a missing one was moved or deleted, and its writes
+    with it)."""
+    logs = [live_dir / WAL_DIR / name for name in state["wals"]]
+    missing = [p for p in logs if not p.is_file()] if (live_dir / STATE).is_file() else []
+    if missing:
+        raise LiveStoreError(f"{missing[0]}: the write log {live_dir / STATE} lists is missing, and the writes it "
+                             "held with it; put it back, or move the live directory away to serve the base index "
+                             "without them")
+    return logs

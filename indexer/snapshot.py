@@ -33,7 +33,8 @@ from spanseek.core.io import unwritable
 from spanseek.core.phrase_index import check_index
 from spanseek.indexer.build import BuildError
 from spanseek.indexer.live import BASES, STATE, WAL_DIR, default_live_dir, hold_index, link_copy, read_state
-from spanseek.indexer.wal import read_entries
+from spanseek.indexer.live_state import state_base, state_logs
+from spanseek.indexer.wal import entry_ids, read_entries
 
 TMP = ".snapshot.tmp"
 ATTEMPTS = 5  # copies of the live directory tried while merges keep changing it
@@ -121,11 +122,29 @@ def copy_live(live: Path, index: Path, dest: Path) -> dict[str, Any]:
         if (live / STATE).read_bytes() != before:
             continue
         (dest / STATE).write_bytes(before)
-        if state.get("base") is not None:
-            check_index(dest / state["base"])
-        for name in state["wals"]:  # every line a start replays reads (LiveStoreError naming a damaged one)
-            for _ in read_entries(dest / WAL_DIR / name, repair=False):
-                pass
+        check_live(dest, index, state)  # (the state read above: the bytes just written)
         integrity.fsync_path(dest)
         return json.loads(before)
     raise BuildError(f"{live}: merges changed it {ATTEMPTS} times while it was copied; run the snapshot again")
+
+
+def check_live(live: Path, index: Path, state: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Check the live directory ``live`` (its writes made over ``index``) as a start reads it: its state, the merged
+    base it names (every file against its manifest's checksums) and every line of the write logs it lists (a torn
+    last line, a write a kill cut short, is dropped as a start drops it). Returns ``{"state", "base": the served base's
+    path, "logs": their paths, "writes": lines, "last": {document id: True where the last write naming it put it,
+    False where it deleted it}}``. LiveStoreError: a damaged state, writes made over another index, a merged base or
+    a log the state names missing; IndexFormatError: a damaged merged base; WalError: a log damaged before its last
+    line (each naming the file). ``state``: the one ``read_state`` gave for ``live``, else read here."""
+    state = read_state(live, index) if state is None else state
+    base = state_base(live, state, index)
+    if state.get("base") is not None:
+        check_index(base)
+    logs = state_logs(live, state)
+    writes, last = 0, {}
+    for path in logs:
+        for entry in read_entries(path, repair=False):
+            writes += 1
+            for doc_id in entry_ids(entry):
+                last[doc_id] = entry["op"] == "upsert"
+    return {"state": state, "base": base, "logs": logs, "writes": writes, "last": last}

@@ -1,9 +1,15 @@
 """Verify a built index: every file's checksum, manifest, counts and maps, recall of its faiss index vs exact
 search (against what the build measured), bytes per token.
 
-    spanseek index verify INDEX_DIR [--sample 1000] [--k 10] [--nprobe N]
+    spanseek index verify INDEX_DIR [--sample 1000] [--k 10] [--nprobe N] [--live-dir LIVE_DIR]
 
 The report counts live and deleted documents (``deleted.npy``: masked until ``spanseek index compact``).
+
+Where a server with writes keeps a live directory beside the index (``--live-dir``, else ``SPANSEEK_LIVE_DIR``, else
+the index path + ``.live``, as `spanseek serve --writes` reads it), it is checked as a start reads it
+(``indexer.snapshot.check_live``: the state, the merged base's checksums, every line of the write logs), and
+``"live"`` counts its writes and the documents a server with writes would serve: a backup taken with `spanseek index
+snapshot` is verified whole.
 
 Checksums: each file the manifest records is re-read and compared (a damaged file is named). Recall
 (``indexer.recall``) uses a sample of the index's own (fine, fp16) token vectors as queries; the build's own
@@ -32,7 +38,10 @@ from spanseek.core.phrase_index import IndexFormatError, PhraseIndex
 from spanseek.indexer.compress import kept_token_ids
 from spanseek.indexer.lexical import check_lexical
 from spanseek.indexer.lexical import describe as describe_lexical
+from spanseek.indexer.live_state import STATE, LiveStoreError, default_live_dir
 from spanseek.indexer.recall import exact_topk, measure_recall  # noqa: F401  (exact_topk: re-exported)
+from spanseek.indexer.snapshot import ATTEMPTS, check_live
+from spanseek.indexer.wal import WalError
 
 log = logging.getLogger(__name__)
 
@@ -171,15 +180,53 @@ def built_by(m: phrase_index.Manifest) -> dict[str, Any]:
             "bundled_default": bundled == "default" if m.phrase_fingerprint else None}
 
 
+def _read_or_none(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def verify_live(index: PhraseIndex, live: Path, problems: list[str]) -> dict[str, Any] | None:
+    """The live directory ``live`` of a server with writes over ``index`` checked as a start reads it (``check_live``),
+    its problem appended to ``problems``: ``{"dir", "base", "logs", "writes", "documents"}``, documents the live ones
+    a server with writes would serve (the base's, less those the writes deleted, with those they put); None where
+    ``live`` holds no ``state.json``. Checked again when a merge of the server that writes there committed
+    meanwhile (its ``state.json`` changed: the base and logs it named removed), as a snapshot copies it again."""
+    if not (live / STATE).is_file():
+        return None
+    for attempt in range(1, ATTEMPTS + 1):
+        before = _read_or_none(live / STATE)
+        try:
+            checked = check_live(live, index.dir)
+            base = index if checked["base"] == index.dir.resolve() else PhraseIndex(checked["base"],
+                                                                                   verify_checksums=False)
+            break
+        except (LiveStoreError, IndexFormatError, WalError, OSError) as e:
+            if attempt < ATTEMPTS and _read_or_none(live / STATE) != before:
+                continue
+            problems.append(str(e))
+            return {"dir": str(live), "base": None, "logs": None, "writes": None, "documents": None}
+    dead = set(base.deleted_docs.tolist())
+    served = {str(d["id"]) for row, d in enumerate(base.docs) if row not in dead}
+    last = checked["last"]
+    served = {i for i in served if last.get(i, True)} | {i for i, put in last.items() if put}
+    return {"dir": str(live), "base": checked["state"].get("base"), "logs": len(checked["logs"]),
+            "writes": checked["writes"], "documents": len(served)}
+
+
 def verify_index(
-    index_dir: str | Path, sample: int = 1000, k: int = 10, nprobe: int | None = None
+    index_dir: str | Path, sample: int = 1000, k: int = 10, nprobe: int | None = None,
+    live_dir: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Check an index and measure it: ``{"ok", "problems", "manifest": counts, "model": built_by, "recall",
-    "memory"}``.
+    """Check an index and measure it: ``{"ok", "problems", "manifest": counts, "model": built_by, "documents",
+    "live", "recall", "memory"}``.
 
     Problems name the file: a checksum or size that differs from the manifest's record, a store that cannot be
-    read, maps that disagree, or a recall far below the build's. ``sample``, ``k`` and ``nprobe`` must be integers
-    >= 1 (ValueError, before the index is read).
+    read, maps that disagree, or a recall far below the build's; and in the live directory of a server with writes
+    over the index (``live_dir``, by default the index path + ``.live``; ``"live"`` is None where it holds no
+    ``state.json``), what a start with writes would refuse (``check_live``). ``sample``, ``k`` and ``nprobe`` must
+    be integers >= 1 (ValueError, before the index is read).
     """
     for name, value in (("sample", sample), ("k", k), ("nprobe", nprobe)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -212,6 +259,9 @@ def verify_index(
         "documents": {"live": index.live_documents, "deleted": len(index.deleted_docs)},
         "lexical": describe_lexical(index),
     }
+    out["live"] = verify_live(index, Path(live_dir) if live_dir is not None else default_live_dir(index_dir),
+                              problems)
+    out["ok"] = not problems
     if notes:
         out["notes"] = notes
     if not problems and m.indexed_tokens > 0:

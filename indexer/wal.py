@@ -54,6 +54,11 @@ def read_entries(path: Path, repair: bool = True) -> Iterator[dict[str, Any]]:
         pos = end + 1
 
 
+def entry_ids(entry: dict[str, Any]) -> list[str]:
+    """The document ids a log entry names: those an upsert puts, or those a delete removes."""
+    return [str(d.get("id")) for d in entry["docs"]] if entry["op"] == "upsert" else [str(i) for i in entry["ids"]]
+
+
 class WriteAheadLog:
     """Appends entries to one log file, each fsynced before ``append`` returns."""
 

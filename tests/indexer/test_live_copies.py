@@ -124,6 +124,82 @@ def test_a_snapshot_serves_every_write_as_the_index_it_was_taken_from(served, tm
     assert sorted(p.name for p in (tmp_path / "backup").iterdir()) == ["copy", "copy.live"]  # no temporaries
 
 
+def test_verify_checks_a_snapshots_live_directory_and_counts_what_it_serves(served, tmp_path, capsys, monkeypatch):
+    """`spanseek index verify` of a backup checks its live directory as a start with writes reads it: the writes and
+    the documents served are counted, and a damaged log or a missing merged base fails it, naming the file (a start
+    with writes refuses both), where the index alone verified ok."""
+    from spanseek.cli import main
+    from spanseek.indexer.snapshot import snapshot_index
+    from spanseek.indexer.verify import verify_index
+
+    _, store, _ = served
+    copy = tmp_path / "copy"
+    snapshot_index(served[0], copy)
+    report = verify_index(copy, sample=20)
+    assert report["ok"], report["problems"]
+    live = report["live"]
+    assert live["dir"] == str(tmp_path / "copy.live") and live["base"] == "bases/base-000001"
+    assert live["writes"] == 1 and live["documents"] == store.documents != report["documents"]["live"]
+    assert verify_index(copy, sample=20, live_dir=tmp_path / "none")["live"] is None  # nothing there: the index alone
+    # in the environment of a server with writes (its container): its live directory is that index's, not the copy's
+    monkeypatch.setenv("SPANSEEK_LIVE_DIR", str(tmp_path / "none"))
+    assert main(["index", "verify", str(copy), "--sample", "20"]) == 0
+    assert json.loads(capsys.readouterr().out)["live"]["dir"] == str(tmp_path / "copy.live")
+    monkeypatch.setenv("SPANSEEK_INDEX", str(copy))
+    assert main(["index", "verify", str(copy), "--sample", "20"]) == 0
+    assert json.loads(capsys.readouterr().out)["live"] is None
+    monkeypatch.delenv("SPANSEEK_LIVE_DIR")
+
+    log = tmp_path / "copy.live" / "wal" / json.loads((tmp_path / "copy.live" / "state.json").read_text())["wals"][0]
+    good = log.read_bytes()
+    log.write_bytes(b"{not json\n" + good)  # damage before the last line
+    assert main(["index", "verify", str(copy), "--sample", "20"]) == 1
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    assert len(problems) == 1 and problems[0].startswith(f"{log}:1: not a log entry")
+    log.write_bytes(good + b'{"op": "ups')  # a torn last line (a write a kill cut short): dropped, as a start drops it
+    assert verify_index(copy, sample=20)["ok"]
+
+    moved = tmp_path / "elsewhere"
+    (tmp_path / "copy.live").rename(moved)
+    shutil.rmtree(moved / "bases" / "base-000001")
+    assert main(["index", "verify", str(copy), "--sample", "20", "--live-dir", str(moved)]) == 1
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    assert len(problems) == 1 and "names the merged base bases/base-000001, which is missing" in problems[0]
+
+
+def test_verify_checks_the_live_directory_again_when_a_merge_commits_during_it(served, tmp_path, monkeypatch):
+    """Verifying the live directory of a server that merges meanwhile: the merge's commit removes the base and logs
+    the state named, which is no damage; the check is made again over the new state (a damage that stays is
+    reported after one check)."""
+    from spanseek.indexer import verify
+    from spanseek.indexer.live import LiveStoreError
+    from spanseek.indexer.snapshot import snapshot_index
+
+    snapshot_index(served[0], tmp_path / "copy")
+    state = tmp_path / "copy.live" / "state.json"
+    calls, check_live = [], verify.check_live
+
+    def merged_meanwhile(live, index):
+        calls.append(live)
+        if len(calls) == 1:  # the commit: a new state, the base the first one named gone
+            state.write_text(json.dumps({**json.loads(state.read_text()), "merges": 9}))
+            raise LiveStoreError(f"{state} names the merged base bases/base-000001, which is missing")
+        return check_live(live, index)
+
+    monkeypatch.setattr(verify, "check_live", merged_meanwhile)
+    report = verify.verify_index(tmp_path / "copy", sample=20)
+    assert report["ok"] and len(calls) == 2 and report["live"]["writes"] == 1
+
+    def damaged(live, index):
+        calls.append(live)
+        raise LiveStoreError(f"{state}: cannot be read")
+
+    calls.clear()
+    monkeypatch.setattr(verify, "check_live", damaged)
+    report = verify.verify_index(tmp_path / "copy", sample=20)
+    assert not report["ok"] and report["problems"] == [f"{state}: cannot be read"] and len(calls) == 1
+
+
 def test_a_snapshot_is_taken_again_when_a_merge_changes_the_live_directory_during_it(served, tmp_path, monkeypatch):
     from spanseek.indexer import snapshot
 
@@ -284,3 +360,4 @@ def test_a_snapshot_reads_the_live_directory_the_server_reads_from_the_environme
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"spanseek index snapshot: error: SPANSEEK_LIVE_DIR={tmp_path / 'writes'}: ")
     assert len(err.splitlines()) == 1 and "made over another index" in err
+
