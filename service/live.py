@@ -281,6 +281,7 @@ class LiveWrites:
         prepare_word_cuts(self.encoder.tokenizer)  # here, while loading, not in the first long paragraph's write
         self.store = LiveStore(live_dir_of(settings), settings.index, base.index, self.encoder, self._publish,
                                model=settings.model)
+        metrics.live_disk.dir = self.store.dir
         # uploaded files are read in a process of their own (started at the first upload), counted by the model's
         # tokenizer as from-files counts them
         self.file_reader = FileReader(base.encoder.model.config, settings.file_nice, settings.max_file_uploads,

@@ -7,8 +7,11 @@ alert selects exists, against a real Prometheus; `alerts_test.yml` unit-tests th
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
@@ -86,6 +89,30 @@ class CacheCollector(Collector):
                                 value=len(cache) if cache is not None else 0)
 
 
+class DiskCollector:
+    """Bytes free on the file system of the live directory of a server with writes (``dir``; None: no series), read
+    at each scrape: a disk that fills meanwhile, from another process too, shows at once."""
+
+    def __init__(self) -> None:
+        self.dir: Path | None = None
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return self._families(None)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        return self._families(self.dir)
+
+    @staticmethod
+    def _families(where: Path | None) -> Iterator[GaugeMetricFamily]:
+        free = GaugeMetricFamily("spanseek_live_disk_free_bytes", "with writes: bytes free on the live directory's "
+                                 "file system (a merge writes a base as large as the one served, "
+                                 "spanseek_index_size_bytes; a write its log line)")
+        if where is not None:
+            with contextlib.suppress(OSError):  # (the directory gone: no sample, rather than a failed scrape)
+                free.add_metric([], shutil.disk_usage(where).free)
+        yield free
+
+
 class ServiceMetrics:
     """The service's collectors, registered in their own ``CollectorRegistry``."""
 
@@ -94,6 +121,8 @@ class ServiceMetrics:
         r = self.registry
         self.question_cache = CacheCollector()
         r.register(self.question_cache)
+        self.live_disk = DiskCollector()
+        r.register(self.live_disk)
         self.request_duration = Histogram(
             "spanseek_request_duration_seconds", "POST /search latency by unit, HTTP status and whether it asked "
             "for read (true: its top passages read by the reader, about 10x slower)",

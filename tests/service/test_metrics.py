@@ -181,3 +181,32 @@ def test_the_question_cache_s_lookups_are_counted_while_it_holds_no_question():
                for family in text_string_to_metric_families(metrics.render().decode()) for s in family.samples}
     assert samples[("spanseek_question_cache_lookups_total", (("outcome", "miss"),))] == 2
     assert samples[("spanseek_question_cache_questions", ())] == 0
+
+
+def test_the_live_directory_s_free_disk_is_read_at_each_scrape(settings_for, tmp_path, monkeypatch, serve):
+    """With writes, spanseek_live_disk_free_bytes gives the free bytes of the live directory's file system as each
+    scrape finds them (a disk another process fills shows at once), beside the base's size that a merge writes
+    again (SpanseekLiveDiskLow compares the two); without writes there is no sample."""
+    import collections
+    import shutil
+
+    from spanseek.service.app import create_app
+
+    real, free = shutil.disk_usage, {"bytes": 7_000_000_000}
+    usage = collections.namedtuple("usage", "total used free")
+
+    def disk_usage(path):
+        if str(path).startswith(str(tmp_path / "live")):
+            return usage(10**10, 10**10 - free["bytes"], free["bytes"])
+        return real(path)
+
+    monkeypatch.setattr(shutil, "disk_usage", disk_usage)
+    settings = settings_for(writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0)
+    with serve(create_app(settings)) as c:
+        first = samples(c.get("/metrics").text)
+        free["bytes"] = 1234
+        second = samples(c.get("/metrics").text)
+    assert first[("spanseek_live_disk_free_bytes", ())] == 7_000_000_000
+    assert second[("spanseek_live_disk_free_bytes", ())] == 1234 < second[("spanseek_index_size_bytes", ())]
+    without = samples(ServiceMetrics().render().decode())  # a server without writes: no live directory
+    assert ("spanseek_live_disk_free_bytes", ()) not in without and ("spanseek_index_size_bytes", ()) in without
