@@ -91,7 +91,9 @@ def json_formatter() -> logging.Formatter:
 
 def logging_config(fmt: LogFormat, level: str = "info") -> dict[str, Any]:
     """The ``dictConfig`` of ``spanseek serve``: one stderr handler on the root logger, in ``fmt``, with the request
-    ids; uvicorn's loggers propagate to it."""
+    ids; uvicorn's loggers propagate to it. The handler keeps to ``level`` too: a record propagates to the root's
+    handlers whatever the root's level, so a library that sets its own logger to DEBUG (bm25s does, at import) had
+    its debug lines printed at every level."""
     formatter = {"()": json_formatter} if fmt == "json" else {"()": TextFormatter}
     return {
         "version": 1,
@@ -99,7 +101,7 @@ def logging_config(fmt: LogFormat, level: str = "info") -> dict[str, Any]:
         "filters": {"request_id": {"()": RequestIdFilter}},
         "formatters": {"default": formatter},
         "handlers": {"default": {"class": "logging.StreamHandler", "stream": "ext://sys.stderr",
-                                 "formatter": "default", "filters": ["request_id"]}},
+                                 "formatter": "default", "filters": ["request_id"], "level": level.upper()}},
         "root": {"handlers": ["default"], "level": level.upper()},
         "loggers": {name: {"handlers": [], "propagate": True, "level": level.upper()}
                     for name in ("uvicorn", "uvicorn.error", "uvicorn.access")},

@@ -149,7 +149,7 @@ def test_logging_config_is_accepted_by_dictconfig():
     import logging.config
 
     for fmt in ("text", "json"):
-        config = logging_config(fmt, "warning")
+        config = logging_config(fmt, "info")
         config["handlers"]["default"]["stream"] = io.StringIO()  # not stderr: nothing shows in the test output
         config["root"]["handlers"] = []  # keep the test run's own handlers on the root logger
         config["loggers"] = {"tests.logging-config": {"handlers": ["default"], "propagate": False, "level": "INFO"}}
@@ -160,3 +160,24 @@ def test_logging_config_is_accepted_by_dictconfig():
         out = stream.getvalue()
         assert (json.loads(out)["message"] == "hello") if fmt == "json" else out.endswith("[-] hello\n")
         logger.handlers.clear()
+
+
+@pytest.mark.parametrize("level", ["info", "warning", "debug"])
+def test_a_library_logger_set_to_debug_prints_nothing_below_the_level_asked_for(level):
+    """A library that sets its own logger to DEBUG (bm25s does, at import) printed its debug lines at every
+    --log-level: records of a logger propagate to the root's handler whatever the root's level. The handler keeps to
+    the level."""
+    import logging.config
+
+    config = logging_config("text", level)
+    config["handlers"]["default"]["stream"] = io.StringIO()
+    config["root"]["handlers"] = []  # keep the test run's own handlers on the root logger
+    config["loggers"] = {"tests.chatty-library": {"handlers": ["default"], "propagate": False, "level": "DEBUG"}}
+    logging.config.dictConfig(config)
+    logger = logging.getLogger("tests.chatty-library")
+    logger.debug("building index from ids")
+    logger.warning("the index is large")
+    [stream] = [h.stream for h in logger.handlers]
+    out = stream.getvalue()
+    logger.handlers.clear()
+    assert ("building index from ids" in out) == (level == "debug") and "the index is large" in out
