@@ -30,6 +30,9 @@ QUESTION = "What stadium in Paris was built for the 1998 FIFA World Cup?"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "spanseek.json"
 # what Grafana puts for $__rate_interval with a 5 s scrape interval is at least 20 s; 1m spans several scrapes
 RATE_INTERVAL = "1m"
+# series a server exports only with writes on (SPANSEEK_WRITES), which this stack leaves off: their panels show
+# "no data" here (tests/service/test_prometheus.py runs every query against a server with writes)
+WRITES_ONLY = ("spanseek_live_disk_free_bytes",)
 
 
 def free_port() -> int:
@@ -184,7 +187,7 @@ def test_prometheus_scrapes_the_service_and_the_dashboard_has_data(stack):
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(bad, timeout=30)
     assert err.value.code == 400
-    pending = dashboard_exprs()
+    pending = [e for e in dashboard_exprs() if not any(name in e for name in WRITES_ONLY)]
     assert len(pending) >= 10
     deadline = time.monotonic() + 120
     while True:

@@ -262,11 +262,25 @@ def test_dashboard_covers_the_required_panels():
                    "histogram_quantile(0.99,", "spanseek_stage_duration_seconds", "spanseek_batch_size",
                    "spanseek_queue_depth", "spanseek_errors_total", "spanseek_write_step_wait_seconds_bucket",
                    "spanseek_write_step_duration_seconds_bucket", "spanseek_write_visible_seconds_bucket",
-                   "spanseek_merge_duration_seconds_bucket"):
+                   "spanseek_merge_duration_seconds_bucket", "spanseek_live_disk_free_bytes"):
         assert needle in exprs, needle
     assert all(re.search(r"spanseek_\w+", e) for e in dashboard_exprs())
     provisioning = (DEPLOY / "grafana" / "provisioning" / "datasources" / "prometheus.yml").read_text()
     assert "uid: prometheus" in provisioning
+
+
+def test_every_series_of_bytes_is_drawn_in_bytes_and_of_seconds_in_seconds():
+    """A query of a series in bytes (``_bytes``) or seconds (``_seconds``, a latency quantile or mean) shows in that
+    unit: the panel's, or its own override's where the panel mixes it with counts (the write log's bytes beside the
+    segment's documents read "52.1 K", not "52.1 kB")."""
+    for panel in json.loads(DASHBOARD.read_text())["panels"]:
+        overrides = {o["matcher"]["options"]: {p["id"]: p["value"] for p in o["properties"]}
+                     for o in panel["fieldConfig"].get("overrides", []) if o["matcher"]["id"] == "byFrameRefID"}
+        for target in panel.get("targets", []):
+            unit = overrides.get(target["refId"], {}).get("unit", panel["fieldConfig"]["defaults"]["unit"])
+            for suffix, expected in (("_bytes", "bytes"), ("_seconds_bucket", "s"), ("_seconds_sum", "s")):
+                if re.search(rf"spanseek_\w+{suffix}\b", target["expr"]):
+                    assert unit == expected, (panel["title"], target["expr"], unit)
 
 
 def test_dashboard_reads_the_datasource_it_is_given():
