@@ -360,6 +360,7 @@ class LiveWrites:
     def gauges(self) -> None:
         self.metrics.wal_bytes.set(self.store.wal_bytes)
         self.metrics.segment_documents.set(len(self.store.segment.docs))
+        self.metrics.merge_due.set(self.merge_due())
         documents, passages, tokens = self.store.searched()
         self.metrics.index_documents.set(documents)
         self.metrics.index_passages.set(passages)

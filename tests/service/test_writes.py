@@ -1009,3 +1009,34 @@ def test_a_merge_past_its_commit_point_whose_snapshot_cannot_be_served_is_not_fa
     with serving(create_app(settings)) as client:
         assert found(client, "new-1")
         assert client.get("/info", headers=KEY).json()["service"]["writes"]["last_merge"]["documents"] == 1
+
+
+def test_a_merge_due_shows_until_one_commits(write_settings, monkeypatch):
+    """spanseek_merge_due is 1 from the write that makes a merge due until a merge commits, through a failed one (tried
+    again only after a write: with none since, the writes stay unmerged), and 0 with merges only on request."""
+    from spanseek.indexer import live as live_store
+
+    def due(client) -> str:
+        return next(line for line in client.get("/metrics").text.splitlines() if line.startswith("spanseek_merge_due "))
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(live_store, "build_merged", fails)
+    with serving(create_app(write_settings(merge_tokens=1))) as client:
+        assert due(client) == "spanseek_merge_due 0.0"
+        assert client.put("/documents", headers=KEY, json={"documents": [DOC]}).status_code == 200
+        deadline = time.monotonic() + 60
+        while 'spanseek_merges_total{outcome="failed"} 1.0' not in client.get("/metrics").text:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert due(client) == "spanseek_merge_due 1.0"  # failed: still due
+        monkeypatch.undo()
+        assert client.post("/admin/compact", headers=KEY).status_code == 202
+        while due(client) != "spanseek_merge_due 0.0":  # (set as the merge thread ends, after it counted the merge)
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert 'spanseek_merges_total{outcome="ok"} 1.0' in client.get("/metrics").text
+    with serving(create_app(write_settings())) as client:  # merge_tokens 0: merges on request only, never due
+        assert client.put("/documents", headers=KEY, json={"documents": [{**DOC, "id": "new-2"}]}).status_code == 200
+        assert due(client) == "spanseek_merge_due 0.0"
