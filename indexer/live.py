@@ -760,6 +760,8 @@ class LiveStore:
                 old_base = self.base
             t0 = time.perf_counter()
             dest = self.dir / BASES / f"base-{n:06d}"
+            log.info("merging %d documents and %d deletions into %s (writes go on in %s)", len(docs), len(dead_ids),
+                     dest, rotated)
             with stop_when(self._stop):  # the build only: once it is complete, the swap (under a second) finishes
                 build_merged(old_base.dir, dest, dead_ids, docs, self.model, opts)
             new_base = open_verified(self.dir, dest)  # its checksums verified: followers need not read it all again

@@ -1040,3 +1040,21 @@ def test_a_merge_due_shows_until_one_commits(write_settings, monkeypatch):
     with serving(create_app(write_settings())) as client:  # merge_tokens 0: merges on request only, never due
         assert client.put("/documents", headers=KEY, json={"documents": [{**DOC, "id": "new-2"}]}).status_code == 200
         assert due(client) == "spanseek_merge_due 0.0"
+
+
+def test_a_merge_logs_its_start_and_its_end(write_settings, caplog):
+    """A merge runs for minutes on a large base: its start is logged (what it merges, where, the log writes go on in)
+    as well as its end, so the log shows one under way; before, only its end or its failure was."""
+    import logging
+
+    with serving(create_app(write_settings())) as client, caplog.at_level(logging.INFO, logger="spanseek"):
+        assert client.put("/documents", headers=KEY, json={"documents": [DOC]}).status_code == 200
+        assert client.post("/admin/compact", headers=KEY).status_code == 202
+        deadline = time.monotonic() + 60
+        while not any(r.getMessage().startswith("merged 1 documents") for r in caplog.records):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    [start] = [r for r in caplog.records if r.getMessage().startswith("merging ")]
+    assert start.levelno == logging.INFO and start.getMessage() == (
+        f"merging 1 documents and 0 deletions into {write_settings().live_dir / 'bases' / 'base-000001'} "
+        "(writes go on in wal-000002.jsonl)")
