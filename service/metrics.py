@@ -164,7 +164,7 @@ class ServiceMetrics:
         # live writes (SPANSEEK_WRITES): documents written and deleted, the log's size, the segment's size, and the
         # seconds from a write's arrival to the snapshot that holds it being served (encoding + log + publish)
         self.documents_written = Counter("spanseek_documents_written_total", "documents added or replaced by "
-                                         "PUT /documents", registry=r)
+                                         "PUT/POST /documents and PUT /files", registry=r)
         self.documents_deleted = Counter("spanseek_documents_deleted_total", "documents deleted by DELETE "
                                          "/documents/{id} or POST /documents/delete", registry=r)
         self.wal_bytes = Gauge("spanseek_wal_bytes", "bytes of the write-ahead log not yet merged", registry=r)
