@@ -202,9 +202,10 @@ class IndexReloader:
         """
         batcher = self.state.batcher
         async with self._lock:
-            # (/info says so while it loads: ``last`` and /health stay the index served until the swap)
-            self.under_way = {"index": str(path if path is not None else self.path), "reason": reason,
-                              "since": _now()}
+            # (/info says so while it loads: ``last`` and /health stay the index served until the swap); absolute, as
+            # ``index.path`` is: hide_paths shortens it for a caller without a key, where a relative path showed whole
+            self.under_way = {"index": str(Path(path if path is not None else self.path).absolute()),
+                              "reason": reason, "since": _now()}
             try:
                 with batcher.learning_paused() if batcher is not None else contextlib.nullcontext():
                     return await self._reload(path, reason)

@@ -23,6 +23,7 @@ from spanseek.core.alias import AliasError, resolve_alias, switch_alias
 from spanseek.core.phrase_index import VECTORS
 from spanseek.indexer.build import BuildOptions, build_index
 from spanseek.service.app import create_app
+from spanseek.service.errors import ReloadFailed
 from tests.conftest import make_corpus
 
 KEY = "admin-key"
@@ -287,6 +288,33 @@ async def test_info_says_while_a_reload_is_under_way(settings_for, async_serve, 
         assert (await reloading).status_code == 200
         shown = (await client.get("/info", headers=AUTH)).json()["service"]["reload"]
         assert shown["running"] is None and shown["last"]["outcome"] == "ok"
+
+
+async def test_info_hides_the_path_of_a_reload_under_way_as_it_hides_the_served_one(settings_for, async_serve, until,
+                                                                                   tiny_index, monkeypatch):
+    """A served path given relative (SPANSEEK_INDEX=index) showed whole in ``running`` to a caller without a key,
+    where ``index.path``, the same path made absolute, showed cut to its last part: it is absolute now, and hidden
+    alike. A failed reload clears it too."""
+    monkeypatch.chdir(tiny_index.parent)
+    app = create_app(settings_for(index=Path(tiny_index.name)))
+    reloader = app.state.service.reloader
+    gate = threading.Event()
+
+    def held(*args):
+        gate.wait(30)
+        raise OSError("the disk went away")
+
+    reloader.reopener = held
+    async with async_serve(app) as client:
+        reloading = asyncio.create_task(reloader.reload(reason="SIGHUP"))
+        await until(lambda: reloader.under_way is not None)
+        info = (await client.get("/info")).json()
+        assert info["service"]["reload"]["running"]["index"] == info["index"]["path"] == f".../{tiny_index.name}"
+        gate.set()
+        with pytest.raises(ReloadFailed):
+            await reloading
+        shown = (await client.get("/info")).json()["service"]["reload"]
+        assert shown["running"] is None and shown["last"]["outcome"] == "failed", shown
 
 
 async def test_a_reload_that_fails_fast_does_not_hold_off_the_next(settings_for, async_serve, tmp_path):
