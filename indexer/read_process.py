@@ -225,6 +225,12 @@ def read_limited(seconds: float, read: Callable[[str, str, IngestOptions], R], p
         raise out_of_memory(rel, who, "--read-memory-bytes") from None
 
 
+def document_tokens(doc: Document, count: TokenCounter) -> int:
+    """The model tokens of a document's passages (what encoding it costs; overlapping windows aside): what the
+    service's ``max_file_tokens`` bounds, and ``sync --dry-run`` checks."""
+    return sum(sum(count(text.split())) for text in doc.paragraphs)
+
+
 def read_capped(path: str, rel: str, opts: IngestOptions) -> Document | str:
     """``read_document`` in the reading process, with its counter (``ReadProcess``'s reader for from-files)."""
     return read_document(Path(path), rel, worker_counter(), opts)

@@ -48,12 +48,12 @@ from typing import Any
 
 from spanseek.core.config import EncoderConfig
 from spanseek.core.io import Document
-from spanseek.indexer.chunking import TokenCounter
 from spanseek.indexer.extracted import IngestError
 from spanseek.indexer.ingest import IngestOptions, read_document
 from spanseek.indexer.read_process import (
     ReaderNotStarted,
     ReadOutOfMemory,
+    document_tokens,
     out_of_memory,
     start_reader,
     started_pid,
@@ -116,11 +116,6 @@ def read_upload(data: bytes, name: str, opts: IngestOptions, count: Any) -> tupl
         except IngestError as e:
             raise IngestError(str(e).replace(str(path), name)) from None
         return (doc.replace(str(path), name) if isinstance(doc, str) else doc), logged.warnings
-
-
-def document_tokens(doc: Document, count: TokenCounter) -> int:
-    """The model tokens of a document's passages (what encoding it costs; overlapping windows aside)."""
-    return sum(sum(count(text.split())) for text in doc.paragraphs)
 
 
 @dataclass(frozen=True)

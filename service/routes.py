@@ -342,6 +342,18 @@ def _reader_info(searcher) -> dict[str, Any] | None:
             "spans_per_passage": r.spans_per_passage, "backbone": reading.reader.config.backbone}
 
 
+def _file_limits(state: Any) -> dict[str, Any] | None:
+    """What ``PUT /files/{name}`` refuses a file for (``service.files``), so that a client can check its files before
+    it sends them (``spanseek sync --dry-run``); None when writes are off (no file is taken). ``tokenizer``: the model
+    backbone whose tokenizer counts a file's tokens for ``max_file_tokens``."""
+    if state.live is None:
+        return None
+    s = state.settings
+    return {"max_file_bytes": s.max_file_bytes, "max_file_tokens": s.max_file_tokens,
+            "file_read_memory_bytes": s.file_read_memory_bytes, "file_read_timeout_s": s.file_read_timeout_s,
+            "max_file_uploads": s.max_file_uploads, "tokenizer": state.live.file_reader.config.backbone}
+
+
 @router.get("/info", response_model=InfoResponse, responses=_errors(401, 422, 503), tags=["service"],
             dependencies=[Depends(require_api_key), Depends(known_query)])
 async def info(request: Request) -> InfoResponse:
@@ -363,6 +375,7 @@ async def info(request: Request) -> InfoResponse:
         "pipeline": s.pipeline, "overlap": state.overlap, "reader": _reader_info(state.searcher),
         "max_read_passages": s.max_read_passages, "version": request.app.version, "reload": state.reloader.describe(),
         "writes": state.live.describe() if state.live is not None else None,  # live writes: base, segment, log
+        "files": _file_limits(state),
     }
     index = dict(state.info["index"])
     if service["writes"] is not None:  # what searches see now, and the base they are searched over

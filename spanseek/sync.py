@@ -25,7 +25,10 @@ folder could not be read, or when no file was found at all (an empty or unmounte
 sync refuses (no text, damaged, too large, unreadable: 413, 415, 422) is reported and the others go on; ``--strict``
 stops at it. Each run prints the files it writes and deletes as it goes, then how many it wrote, left alone, deleted
 and refused; the exit status is 1 when a file was refused or ``--delete`` held back, else 0. A run stopped part way
-(Ctrl-C or SIGTERM, the server gone) says in its last line how many files it had written of how many. The server answers a
+(Ctrl-C or SIGTERM, the server gone) says in its last line how many files it had written of how many. ``--dry-run``
+reads each file it would write as the server does, within the server's limits (``GET /info`` → ``service.files``:
+its size, tokens, and the memory and time its reading may take), and reports the files the server would refuse. The
+server answers a
 file's write once it has read and encoded it: ``--timeout`` (an hour) is how long the sync waits for one answer.
 
 The server needs writes on (``spanseek serve --writes``) and the write key: ``--api-key-file`` (or
@@ -50,9 +53,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spanseek.indexer.options import DEFAULT_READ_MEMORY, FOLLOW_LINKS_HELP
+from spanseek.indexer.options import DEFAULT_READ_MEMORY, DEFAULT_READ_TIMEOUT_S, FOLLOW_LINKS_HELP
 
 if TYPE_CHECKING:
+    from spanseek.core.io import Document
+    from spanseek.indexer.chunking import TokenCounter
     from spanseek.indexer.ingest import IngestOptions
 
 SOURCE_KEY, HASH_KEY = "synced_from", "sha256"
@@ -63,6 +68,67 @@ REFUSED_STATUSES = (408, 413, 415, 422)
 LIST_ALL_FROM = 10  # files of ids this source does not hold from which the service's documents are listed, not asked
 # files' writes awaiting their answers at once: the server's default --max-file-uploads (more are answered 429)
 DEFAULT_JOBS = 4
+
+
+@dataclass(frozen=True)
+class FileLimits:
+    """What the server refuses a file for, as its ``GET /info`` publishes them (``service.files``), which a dry run
+    checks each file against: its size (``max_file_bytes``; None: not published), its model tokens
+    (``max_file_tokens``, counted with the ``tokenizer`` of that backbone; 0: no limit), and the memory and time its
+    reading may take (``file_read_memory_bytes``; ``file_read_timeout_s``, here CPU seconds). A server that does not
+    publish them is taken to have its defaults' reading limits."""
+
+    max_file_bytes: int | None = None
+    max_file_tokens: int = 0
+    read_memory_bytes: int = DEFAULT_READ_MEMORY
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
+    tokenizer: str | None = None
+
+    @classmethod
+    def of_server(cls, client: Any) -> FileLimits:
+        """The limits ``client``'s server publishes (``GET /info`` → ``service.files``); the defaults' when it does
+        not (a server older than them)."""
+        files = (client.info().get("service") or {}).get("files") or {}
+        given = {"max_file_bytes": files.get("max_file_bytes"), "max_file_tokens": files.get("max_file_tokens"),
+                 "read_memory_bytes": files.get("file_read_memory_bytes"),
+                 "read_timeout_s": files.get("file_read_timeout_s"), "tokenizer": files.get("tokenizer")}
+        return cls(**{name: value for name, value in given.items() if value is not None})
+
+    def too_large(self, size: int) -> str | None:
+        """Why the server refuses a file of ``size`` bytes (413), or None."""
+        if self.max_file_bytes is None or size <= self.max_file_bytes:
+            return None
+        return f"{size:,} bytes, more than its max_file_bytes ({self.max_file_bytes:,})"
+
+    def refusal(self, read: Document | str | None) -> str | None:
+        """Why the server refuses a file read as ``read`` (``_unreadable``: its document, or why it is unreadable, or
+        None where this host cannot read it): unreadable, or more tokens than ``max_file_tokens``; None if neither."""
+        from spanseek.indexer.chunking import word_token_counter
+        from spanseek.indexer.read_process import document_tokens
+
+        if read is None or isinstance(read, str) or not self.max_file_tokens:
+            return read if isinstance(read, str) else None
+        if (tokens := document_tokens(read, self.count)) <= self.max_file_tokens:
+            return None
+        counted = "" if self.count is not word_token_counter or self.tokenizer is None else (
+            f"; counted a token a word, as this host lacks the server's tokenizer {self.tokenizer}: it counts more")
+        return f"{tokens:,} tokens, more than its max_file_tokens ({self.max_file_tokens:,}){counted}"
+
+    @functools.cached_property
+    def count(self) -> TokenCounter:
+        """The server's token counter (``tokenizer``'s) where this host has it (an installed ``package:NAME``, a
+        directory), loaded at the first file counted; else one token a word, which the server's tokenizer gives at
+        least (a file of more words than ``max_file_tokens`` is refused)."""
+        from spanseek.core.backbones import resolve_backbone
+        from spanseek.core.config import EncoderConfig
+        from spanseek.indexer.chunking import backbone_token_counter, word_token_counter
+
+        try:
+            if self.tokenizer is not None and Path(resolve_backbone(self.tokenizer)).is_dir():
+                return backbone_token_counter(EncoderConfig(backbone=self.tokenizer))
+        except Exception:  # (not installed here; its tokenizer not loadable) counted in words
+            pass
+        return word_token_counter
 
 
 @dataclass
@@ -158,12 +224,15 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
          delete: bool = False, dry_run: bool = False, strict: bool = False,
          progress: Callable[[str], None] | None = None, adopt: str | None = None,
          follow_links: bool = False, report: SyncReport | None = None, jobs: int = DEFAULT_JOBS,
-         read_memory_bytes: int = DEFAULT_READ_MEMORY) -> SyncReport:
+         read_memory_bytes: int | None = None, read_timeout_s: float | None = None) -> SyncReport:
     """Write the files under ``paths`` that the service (``client``: a ``spanseek.client.Client``) does not hold as
     they are, and with ``delete`` delete what an earlier sync from ``source`` wrote that is gone (module docstring).
-    ``dry_run`` asks the service what it holds and changes nothing: it reads each file it would write as the server
-    does, in one process whose memory is capped at ``read_memory_bytes`` (0: no cap), and a file the server would
-    refuse as unreadable, or whose reading needs more memory than that, is refused; ``progress`` is called with a line for each file
+    ``dry_run`` asks the service what it holds and its file limits (``FileLimits``) and changes nothing: it reads
+    each file it would write as the server does, in one process whose memory is capped at ``read_memory_bytes`` and
+    whose CPU time is ``read_timeout_s`` a file (None: the server's ``file_read_memory_bytes`` and
+    ``file_read_timeout_s``; 0: no limit), and a file the server would refuse (unreadable, over its
+    ``max_file_bytes`` or ``max_file_tokens``), or whose reading needs more memory or time than that, is refused;
+    ``progress`` is called with a line for each file
     written and each document deleted, as it happens; ``adopt``: a former name of this source, whose documents of
     this run's files are taken as its own; ``follow_links``: also send the files that links in a folder lead to
     outside it (else such a link is refused, named); ``report``: filled in as the run goes (what a run that stopped
@@ -206,8 +275,11 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
             raise ValueError(f"{rel}: {why}")
         report.refused.append((rel, why))
 
-    # the dry run's reader: one process for the whole run (started at the first file read), capped as the server's
-    reader = ReadProcess(None, read_memory_bytes, _unreadable, who="sync --dry-run") if dry_run else None
+    # the dry run's reader: one process for the whole run (started at the first file read), limited as the server's
+    limits = FileLimits.of_server(client) if dry_run else FileLimits()
+    reader = ReadProcess(None, limits.read_memory_bytes if read_memory_bytes is None else read_memory_bytes,
+                         _unreadable, limits.read_timeout_s if read_timeout_s is None else read_timeout_s,
+                         who="sync --dry-run") if dry_run else None
     with _Writes(client, jobs, strict, report, say) as writes, reader or nullcontext():
         for path, rel in files:
             if rel in seen:  # two folders given, each with a file of this name: one id, so the first one's
@@ -251,7 +323,8 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
                 continue
             if reader is not None:  # the server reads a file as from-files does: one it would refuse is said so, and why
                 # (its id's length as every write's: a longer one is refused, whatever the file holds)
-                if (why := _too_long(ids.get(rel, rel)) or reader.read(path, rel, IngestOptions())) is not None:
+                if (why := _too_long(ids.get(rel, rel)) or limits.too_large(len(data))
+                        or limits.refusal(reader.read(path, rel, IngestOptions()))) is not None:
                     refuse(rel, f"the server would refuse it: {why}")
                     continue
                 report.written.append(rel)
@@ -275,13 +348,13 @@ def _too_long(doc_id: str) -> str | None:
     return None if (problem := length_problem(doc_id)) is None else f"'id' {problem}"
 
 
-def _unreadable(path: str, rel: str, opts: IngestOptions) -> str | None:
-    """Why the server would refuse the file at ``path`` as unreadable (no text, binary, not UTF-8, damaged, front
-    matter it cannot read), read as it reads it (``indexer.ingest.read_document``); None when it would read it, or
-    when this host lacks the library that reads its format (the ``index`` extra: a client's install), which the
-    server has. Run in the dry run's reading process (``indexer.read_process.ReadProcess``), whose memory is capped
-    as the server's is: a file whose reading needs more is refused there. Its limits (``max_file_bytes``,
-    ``max_file_tokens``) are the server's own: only a write meets them."""
+def _unreadable(path: str, rel: str, opts: IngestOptions) -> Document | str | None:
+    """The file at ``path`` read as the server reads it (``indexer.ingest.read_document``), for
+    ``FileLimits.refusal`` to count its tokens; or why the server would refuse it as unreadable (no text, binary,
+    not UTF-8, damaged, front matter it cannot read); None when this host lacks the library that reads its format
+    (the ``index`` extra: a client's install), which the server has. Run in the dry run's reading process
+    (``indexer.read_process.ReadProcess``), whose memory and CPU time are limited as the server's are: a file whose
+    reading needs more is refused there."""
     from spanseek.indexer.chunking import word_token_counter
     from spanseek.indexer.ingest import IngestError, read_document
 
@@ -291,7 +364,7 @@ def _unreadable(path: str, rel: str, opts: IngestOptions) -> str | None:
         return None
     except IngestError as e:  # ("reading Markdown needs markdown-it-py", raised from the ImportError)
         return None if isinstance(e.__context__, ImportError) else str(e)
-    return doc if isinstance(doc, str) else None
+    return doc
 
 
 class _Writes:
@@ -504,11 +577,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delete", action="store_true", help="delete the documents of files that are gone")
     p.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
     p.add_argument("--strict", action="store_true", help="stop at the first file refused")
-    p.add_argument("--read-memory-bytes", type=int, default=DEFAULT_READ_MEMORY, metavar="BYTES",
-                   help="with --dry-run: most memory the process that reads the files may take (Linux), as the "
-                        "server's file_read_memory_bytes (give the server's own): a file whose reading needs more is "
-                        "reported refused, and the files after it are read; 0: no limit (default: %(default)s, the "
-                        "server's default)")
+    p.add_argument("--read-memory-bytes", type=int, default=None, metavar="BYTES",
+                   help="with --dry-run: most memory the process that reads the files may take (Linux): a file whose "
+                        "reading needs more is reported refused, and the files after it are read; 0: no limit "
+                        "(default: the server's file_read_memory_bytes, as GET /info gives it; "
+                        f"{DEFAULT_READ_MEMORY} from a server that does not)")
+    p.add_argument("--read-timeout-s", type=float, default=None, metavar="SECONDS",
+                   help="with --dry-run: most CPU time the reading of one file may take: a file that takes longer is "
+                        "reported refused, and the files after it are read; 0: no limit (default: the server's "
+                        "file_read_timeout_s, as GET /info gives it; "
+                        f"{DEFAULT_READ_TIMEOUT_S:g} from a server that does not)")
     p.add_argument("--follow-links", action="store_true", help=FOLLOW_LINKS_HELP)
     p.add_argument("--jobs", type=int, default=DEFAULT_JOBS, metavar="N",
                    help=f"files sent at once, each awaiting its answer (default: {DEFAULT_JOBS}, the server's "
@@ -548,12 +626,15 @@ def _run(args: argparse.Namespace) -> int:
     from spanseek.client import Client, SpanseekError
     from spanseek.indexer.ingest import parse_meta
     from spanseek.indexer.interrupt import taking_stops
-    from spanseek.indexer.read_process import check_memory_cap
+    from spanseek.indexer.read_process import check_memory_cap, check_time_limit
 
     meta = parse_meta(args.meta)
     if own := sorted(meta.keys() & {SOURCE_KEY, HASH_KEY, SETTINGS_KEY}):
         raise ValueError(f"--meta {own[0]}: a key sync sets itself ({SOURCE_KEY}, {HASH_KEY}, {SETTINGS_KEY})")
-    check_memory_cap(args.read_memory_bytes, "--read-memory-bytes")
+    if args.read_memory_bytes is not None:
+        check_memory_cap(args.read_memory_bytes, "--read-memory-bytes")
+    if args.read_timeout_s is not None:
+        check_time_limit(args.read_timeout_s, "--read-timeout-s")
     if args.jobs < 1:
         raise ValueError(f"--jobs takes a number of files >= 1, got {args.jobs}")
     if not 0 < args.timeout < float("inf"):
@@ -576,7 +657,7 @@ def _run(args: argparse.Namespace) -> int:
     try:  # SIGTERM (kill, a scheduler's stop) ends the run as Ctrl-C does, saying how far it got
         with taking_stops(), Client(args.url, api_key=api_key, timeout=args.timeout) as client:
             sync(client, args.paths, source, meta, args.delete, args.dry_run, args.strict, progress, adopt,
-                 args.follow_links, report, args.jobs, args.read_memory_bytes)
+                 args.follow_links, report, args.jobs, args.read_memory_bytes, args.read_timeout_s)
     except KeyboardInterrupt as e:
         how = "stopped by SIGTERM" if str(e) == "SIGTERM" else ""
         if went():

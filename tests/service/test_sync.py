@@ -140,7 +140,10 @@ def test_a_dry_run_on_a_host_without_the_readers_counts_their_files_as_written(u
     for module in ("markdown_it", "markdown_it.rules_block", "trafilatura", "yaml"):
         monkeypatch.setitem(sys.modules, module, None)  # (importing it raises ModuleNotFoundError)
     # (what the dry run's reading process runs for each file, run here, where the libraries are missing)
-    assert [_unreadable(str(docs / name), name, IngestOptions()) for name in ("a.md", "b.html")] == [None, None]
+    from spanseek.sync import FileLimits
+
+    read = [_unreadable(str(docs / name), name, IngestOptions()) for name in ("a.md", "b.html")]
+    assert [FileLimits().refusal(doc) for doc in read] == [None, None]
 
 
 def test_a_dry_run_reads_in_a_capped_process_and_refuses_a_file_too_large_to_read_within_it(url, tmp_path):
@@ -442,7 +445,8 @@ def test_many_new_files_are_looked_up_in_one_listing_not_one_request_each(url, t
     with Client(url, api_key="key", transport=recording) as client:
         report = sync(client, [docs], "docs", dry_run=True)
     assert report.written == sorted(names)[1:] and [r for r, _ in report.refused] == ["n00.txt"]
-    assert [(m, path) for m, path, _ in recording.requests] == [("GET", "/documents")] * 2
+    # (and, a dry run, the server's file limits once)
+    assert [(m, path) for m, path, _ in recording.requests] == [("GET", "/documents")] * 2 + [("GET", "/info")]
 
 
 class InFlight(httpx.HTTPTransport):
@@ -798,3 +802,47 @@ def test_a_read_memory_cap_the_reading_process_cannot_start_under_is_refused_nam
     assert main(["sync", str(docs), "--url", "http://127.0.0.1:9", "--dry-run", "--read-memory-bytes", "5"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("spanseek sync: error: --read-memory-bytes: 5 bytes is too little") and err.count("\n") == 1
+
+
+def test_a_dry_run_refuses_the_files_the_server_refuses_for_its_size_and_tokens_as_the_write_does(settings_for,
+                                                                                                  tmp_path, live):
+    """A dry run counted a file over the server's max_file_bytes or max_file_tokens as one it would write, which the
+    write then refused (413): /info did not say them. /info now publishes them (service.files), and the dry run
+    refuses what the write refuses, counting tokens with the server's tokenizer."""
+    settings = settings_for(writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0,
+                            max_file_bytes=2048, max_file_tokens=40)
+    docs = folder(tmp_path / "docs", {"big.txt": "In 1450 Gala built the harbour bridge. " * 80,
+                                      "many.txt": "Gala's harbour-bridge, 1450. " * 10,  # 40 words, some 80 tokens
+                                      "ok.txt": "In 1460 Hugo built the island church."})
+    with live(create_app(settings)) as url, Client(url, api_key="key") as client:
+        files = client.info()["service"]["files"]
+        planned = sync(client, [docs], "docs", dry_run=True)
+        done = sync(client, [docs], "docs")
+    assert files == {"max_file_bytes": 2048, "max_file_tokens": 40, "max_file_uploads": 4,
+                     "file_read_memory_bytes": settings.file_read_memory_bytes,
+                     "file_read_timeout_s": settings.file_read_timeout_s, "tokenizer": files["tokenizer"]}
+    assert planned.written == done.written == ["ok.txt"]
+    assert [r for r, _ in planned.refused] == [r for r, _ in done.refused] == ["big.txt", "many.txt"]
+    assert dict(planned.refused)["big.txt"] == "the server would refuse it: 3,120 bytes, more than its " \
+                                               "max_file_bytes (2,048)"
+    tokens = dict(done.refused)["many.txt"].split(": ")[-1].split(" tokens")[0]  # the server's count
+    assert dict(planned.refused)["many.txt"] == f"the server would refuse it: {tokens} tokens, more than its " \
+                                                f"max_file_tokens (40)"
+
+
+def test_a_dry_run_reads_a_file_within_the_servers_time_limit_and_refuses_one_that_takes_longer(settings_for,
+                                                                                                tmp_path, live):
+    """A dry run read each file for as long as its reading took (32 MiB of Markdown table rows: some 20 minutes),
+    where the server gives a file file_read_timeout_s. It now gives each file that much CPU time (or
+    --read-timeout-s): a file that takes longer is refused, and the files after it are read."""
+    rows = "| a | b |\n|---|---|\n" + "| cell | cell |\n" * 5_000  # some 0.3 s of CPU time to read
+    settings = settings_for(writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0,
+                            file_read_timeout_s=0.1)
+    docs = folder(tmp_path / "docs", {"a.txt": "In 1450 Gala built the harbour bridge.",
+                                      "b-table.md": rows, "c.txt": "In 1460 Hugo built the island church."})
+    with live(create_app(settings)) as url, Client(url, api_key="key") as client:
+        planned = sync(client, [docs], "docs", dry_run=True)
+    assert planned.written == ["a.txt", "c.txt"]
+    assert planned.refused == [("b-table.md", "the server would refuse it: not read within 0.1 s of CPU time "
+                                "(--read-timeout-s); a damaged or hostile file, or one too large to read in that "
+                                "time: split it, or raise the limit")]
