@@ -23,7 +23,8 @@ and whose id is a file of this run is this sync's, and written once more to reco
 when the run began: not one that another run of the folder wrote meanwhile); it deletes nothing when a
 folder could not be read, or when no file was found at all (an empty or unmounted folder). A file the server or the
 sync refuses (no text, damaged, too large, unreadable: 413, 415, 422) is reported and the others go on; ``--strict``
-stops at it. Each run prints the files it writes and deletes as it goes, then how many it wrote, left alone, deleted
+stops at it: no file after it is sent and nothing is deleted, but the writes already sent are answered, and every
+file refused before the run stopped is reported with the counts. Each run prints the files it writes and deletes as it goes, then how many it wrote, left alone, deleted
 and refused; the exit status is 1 when a file was refused or ``--delete`` held back, else 0. A run stopped part way
 (Ctrl-C or SIGTERM, the server gone) says in its last line how many files it had written of how many. ``--dry-run``
 reads each file it would write as the server does, within the server's limits (``GET /info`` → ``service.files``:
@@ -68,6 +69,11 @@ REFUSED_STATUSES = (408, 413, 415, 422)
 LIST_ALL_FROM = 10  # files of ids this source does not hold from which the service's documents are listed, not asked
 # files' writes awaiting their answers at once: the server's default --max-file-uploads (more are answered 429)
 DEFAULT_JOBS = 4
+
+
+class StrictStop(ValueError):
+    """``strict``: the run stopped at a refused file, which the message names; the run's report holds every file
+    refused before it stopped, and the answers of the writes sent before it."""
 
 
 @dataclass(frozen=True)
@@ -236,13 +242,14 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
     written and each document deleted, as it happens; ``adopt``: a former name of this source, whose documents of
     this run's files are taken as its own; ``follow_links``: also send the files that links in a folder lead to
     outside it (else such a link is refused, named); ``report``: filled in as the run goes (what a run that stopped
-    part way did); ``jobs``: how many files' writes may wait for their answers at once (``_Writes``). An APIError
-    other than a refused file (413, 415, 422) is raised: the run stops there, and running it again goes on from what
-    is written."""
+    part way did); ``jobs``: how many files' writes may wait for their answers at once (``_Writes``); ``strict``:
+    StrictStop at the first file refused (a file the walk refused, such as an old Word .doc, before any is sent).
+    An APIError other than a refused file (413, 415, 422) is raised: the run stops there, and running it again goes
+    on from what is written."""
     from contextlib import nullcontext
 
     from spanseek.core.ids import held_in
-    from spanseek.indexer.ingest import IngestError, IngestOptions, _files
+    from spanseek.indexer.ingest import IngestOptions, _files
     from spanseek.indexer.read_process import ReadProcess
 
     report = report if report is not None else SyncReport()
@@ -271,9 +278,13 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
     report.files = len(files)  # (set once the service has answered: a run stopped before it did nothing)
 
     def refuse(rel: str, why: str) -> None:
-        if strict:
-            raise ValueError(f"{rel}: {why}")
         report.refused.append((rel, why))
+        if strict:
+            raise StrictStop(f"{rel}: {why}")
+
+    if strict and problems:  # the walk's refusals, all known before any file is sent
+        report.refused += [(str(p), why) for p, why in problems]
+        raise StrictStop(f"{problems[0][0]}: {problems[0][1]}")
 
     # the dry run's reader: one process for the whole run (started at the first file read), limited as the server's
     limits = FileLimits.of_server(client) if dry_run else FileLimits()
@@ -332,8 +343,6 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
             else:
                 writes.send(rel, data, ids.get(rel), {**extra, HASH_KEY: digest})
         writes.finish()
-    if problems and strict:
-        raise IngestError(f"{problems[0][0]}: {problems[0][1]}")
     report.refused += [(str(p), why) for p, why in problems]
     if delete:
         kept = [ids.get(rel, rel) for rel in seen if unnameable(rel) is None]  # (no document holds the others)
@@ -372,7 +381,9 @@ class _Writes:
     server reads and encodes a file before it answers, several at a time (its ``--max-file-uploads``), so a sync that
     waited for each answer before sending the next file left it idle between files. The answers are taken in the
     order the files were sent: the report and the lines printed are in the files' order, and a run that stops keeps
-    no later file's answer. A refusal (``REFUSED_STATUSES``) is reported and the others go on (``strict``: raised);
+    no later file's answer. A refusal (``REFUSED_STATUSES``) is reported and the others go on (``strict``:
+    StrictStop, once the writes sent before it are answered, as they are when the run stops at a file the sync
+    refuses itself);
     any other APIError, or no answer within the client's timeout, stops the run: the writes not yet sent are not
     sent, and the writes in flight end with the client's connections. Each write waits in a thread of its own that
     does not hold the process at its exit: a run stopped (Ctrl-C, SIGTERM) ends at once, not when the server answers
@@ -386,7 +397,10 @@ class _Writes:
     def __enter__(self) -> _Writes:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        if kind is not None and issubclass(kind, StrictStop):  # the writes sent are answered and reported
+            self.strict = False
+            self.finish()
         for write in self.waiting:
             write.future.cancel()
 
@@ -417,12 +431,14 @@ class _Writes:
             raise RuntimeError(f"{rel}: no answer to its write in time (the server may still be reading and "
                                f"encoding it: the next run finds it written if so); --timeout waits longer") from None
         except APIError as e:
-            if e.status not in REFUSED_STATUSES or self.strict:
+            if e.status not in REFUSED_STATUSES:
                 raise
             why = (f"{size:,} bytes, too large for the server: {e.message}" if e.status == 413 else
                    f"{size:,} bytes, not sent within the server's --body-timeout-s: {e.message}"
                    if e.status == 408 else e.message)
             self.report.refused.append((rel, why))
+            if self.strict:
+                raise StrictStop(f"{rel}: {why}") from None
             return
         self.report.written.append(rel)
         self.say(f"wrote {rel}")
@@ -658,6 +674,10 @@ def _run(args: argparse.Namespace) -> int:
         with taking_stops(), Client(args.url, api_key=api_key, timeout=args.timeout) as client:
             sync(client, args.paths, source, meta, args.delete, args.dry_run, args.strict, progress, adopt,
                  args.follow_links, report, args.jobs, args.read_memory_bytes, args.read_timeout_s)
+    except StrictStop as e:
+        sys.stderr.write(f"{report.summary(args.dry_run)}\nstopped at the first file refused (--strict): "
+                         f"{str(e).encode('utf-8', 'backslashreplace').decode('utf-8')}\n")
+        return 1
     except KeyboardInterrupt as e:
         how = "stopped by SIGTERM" if str(e) == "SIGTERM" else ""
         if went():

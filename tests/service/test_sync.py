@@ -30,6 +30,7 @@ from spanseek.sync import (
     MAX_KEPT_IDS,
     SETTINGS_KEY,
     SOURCE_KEY,
+    SyncReport,
     _unreadable,
     default_source,
     file_hash,
@@ -846,3 +847,26 @@ def test_a_dry_run_reads_a_file_within_the_servers_time_limit_and_refuses_one_th
     assert planned.refused == [("b-table.md", "the server would refuse it: not read within 0.1 s of CPU time "
                                 "(--read-timeout-s); a damaged or hostile file, or one too large to read in that "
                                 "time: split it, or raise the limit")]
+
+
+def test_strict_stops_at_the_first_file_refused_and_reports_every_refusal_and_write_before_it(url, tmp_path,
+                                                                                             capsys):
+    """--strict raised at the first refusal it took: the answers of the writes still in flight were dropped (a file
+    the server refused, sent before the one the sync refused itself, went unreported), and a refusal by the server
+    ended the run as an error naming the URL (exit status 2, no counts). It now takes the answers of the writes sent,
+    reports every refusal and write with the counts, names the file it stopped at and exits 1, as a refused file
+    does; the files after it are not sent."""
+    docs = folder(tmp_path / "docs", {"a.txt": "", "b\nc.txt": "In 1450 Gala built the harbour bridge.",
+                                      "d.txt": "In 1460 Hugo built the island church."})
+    assert main(["sync", str(docs), "--url", url, "--api-key", "key", "--strict"]) == 1
+    err = capsys.readouterr().err
+    assert "wrote 0, unchanged 0, deleted 0, refused 2" in err and "refused a.txt: a.txt: the request has no body" in err
+    assert err.endswith("stopped at the first file refused (--strict): b\nc.txt: its name holds a line break, which "
+                        "no document id may hold (GET /documents/{id} could not name it); rename it\n")
+    (docs / "b\nc.txt").unlink()
+    (docs / "c.txt").write_text("In 1470 Ida built the mill.")
+    with Client(url, api_key="key") as client:
+        report = SyncReport()
+        with pytest.raises(ValueError, match="^a.txt: a.txt: the request has no body"):  # (sync.StrictStop)
+            sync(client, [docs], "docs", strict=True, report=report)  # (a.txt's answer comes with the others in flight)
+        assert report.written == ["c.txt", "d.txt"] and [r for r, _ in report.refused] == ["a.txt"]
