@@ -29,8 +29,10 @@ import multiprocessing
 import os
 import resource
 import signal
+import sys
 import threading
 import time
+import types
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -236,6 +238,30 @@ def read_capped(path: str, rel: str, opts: IngestOptions) -> Document | str:
     return read_document(Path(path), rel, worker_counter(), opts)
 
 
+class _ReaderProcess(multiprocessing.context.SpawnProcess):
+    """A spawned process that leaves the starting program's ``__main__`` alone: spawn runs the main module again in
+    the child (as ``__mp_main__``) so that its functions can be unpickled there, which ran a user's script without an
+    ``if __name__ == "__main__":`` guard a second time, in the reading process, where its own start of one failed
+    (and each file was refused as one its reader stopped on). A reading process runs only functions of this package,
+    so it needs nothing of ``__main__``."""
+
+    @staticmethod
+    def _Popen(process_obj: multiprocessing.process.BaseProcess) -> object:
+        main = sys.modules["__main__"]
+        # (spawn's preparation data names the main module from its __spec__ and __file__: a bare module has neither)
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            return multiprocessing.context.SpawnProcess._Popen(process_obj)
+        finally:
+            sys.modules["__main__"] = main
+
+
+class _ReaderContext(multiprocessing.context.SpawnContext):
+    """The spawn start method, with processes that do not run ``__main__`` again (``_ReaderProcess``)."""
+
+    Process = _ReaderProcess
+
+
 class ReadProcess(Generic[R]):
     """Reads files one at a time in a process of their own capped at ``memory_bytes`` (``start_worker``) and at
     ``timeout_s`` of CPU time a file (``within_cpu``; 0: no limit): what ``read``, the function the process runs,
@@ -252,8 +278,8 @@ class ReadProcess(Generic[R]):
 
     def _start(self) -> ProcessPoolExecutor:
         # spawn, not fork: the command's threads (tqdm's monitor, a tokenizer's pool) hold locks a forked child would
-        # inherit taken; the process imports only the readers and the tokenizer
-        return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+        # inherit taken; the process imports only the readers and the tokenizer, not the caller's __main__
+        return ProcessPoolExecutor(max_workers=1, mp_context=_ReaderContext(),
                                    initializer=start_reader, initargs=(self.config, self.memory_bytes, os.getpid()))
 
     def read(self, path: Path, rel: str, opts: IngestOptions) -> R | str:

@@ -870,3 +870,27 @@ def test_strict_stops_at_the_first_file_refused_and_reports_every_refusal_and_wr
         with pytest.raises(ValueError, match="^a.txt: a.txt: the request has no body"):  # (sync.StrictStop)
             sync(client, [docs], "docs", strict=True, report=report)  # (a.txt's answer comes with the others in flight)
         assert report.written == ["c.txt", "d.txt"] and [r for r, _ in report.refused] == ["a.txt"]
+
+
+def test_a_dry_run_works_from_a_script_without_a_main_guard(url, tmp_path):
+    """The dry run's reading process is spawned, and spawn ran the caller's main module again in it: a script that
+    called sync(dry_run=True) without an ``if __name__ == "__main__":`` guard ran a second time there (its requests
+    to the service too), failed to start a process of its own, and every file was refused as one "its reader
+    stopped while reading". The reading process now leaves the caller's __main__ alone: the script runs once."""
+    docs = folder(tmp_path / "docs", {"a.txt": "In 1460 Hugo built the island church.", "empty.md": ""})
+    runs = tmp_path / "runs"
+    script = tmp_path / "mine.py"
+    script.write_text(f"""
+from spanseek.client import Client
+from spanseek.sync import sync
+
+with open({str(runs)!r}, "a") as f:
+    f.write("ran\\n")
+with Client({url!r}, api_key="key") as client:
+    report = sync(client, [{str(docs)!r}], "docs", dry_run=True)
+print(report.written, [r for r, _ in report.refused])
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "['a.txt'] ['empty.md']\n" and runs.read_text() == "ran\n"
