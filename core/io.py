@@ -230,6 +230,18 @@ def given_path(path: str, flag: str) -> str:
     return path
 
 
+@contextlib.contextmanager
+def naming_flag(flag: str, *kinds: type[Exception]) -> Iterator[None]:
+    """The errors of ``kinds`` raised inside, their message led by ``flag``, the command's flag (or setting) that gave
+    the path they name: ``--index work/idx: no such index directory``, as ``given_path`` names a missing file's flag
+    (the path alone left the user to find which of the command's paths it was). Each kind takes its message as its
+    one argument."""
+    try:
+        yield
+    except kinds as e:
+        raise type(e)(f"{flag} {e}") from None
+
+
 def check_writable(path: str | Path) -> None:
     """Raise the OSError that writing a file or folder at ``path`` would meet, naming ``path`` (``unwritable``): a
     folder on its way that is a file, or a folder that refuses a new entry (read-only, not the user's). Found before a

@@ -120,14 +120,21 @@ def _build(args: argparse.Namespace) -> int:
 
 def _add(args: argparse.Namespace) -> int:
     """`index add`, and `index upsert` (which replaces the documents whose id the index holds)."""
+    from contextlib import nullcontext
+
+    from spanseek.core.io import naming_flag
+    from spanseek.core.phrase_index import IndexFormatError
     from spanseek.indexer.add import upsert_documents
 
     encode = from_args(EncodeOptions, args, progress=not args.quiet)
     opts = BuildOptions(**{f.name: getattr(encode, f.name) for f in dataclasses.fields(EncodeOptions)})
     replace = args.index_command == "upsert"
     t0 = time.perf_counter()
-    m, changes = upsert_documents(_index_dir(args.index), _corpus_file(args.corpus), model=args.model, opts=opts,
-                                  replace=replace, live_dir=_live_dir(args.live_dir)[0])
+    index = _index_dir(args.index)
+    # (its options are checked first, by upsert_documents: an index that is none is said there, naming the flag)
+    with naming_flag("--index", IndexFormatError) if not Path(index).is_dir() else nullcontext():
+        m, changes = upsert_documents(index, _corpus_file(args.corpus), model=args.model, opts=opts, replace=replace,
+                                      live_dir=_live_dir(args.live_dir)[0])
     done = (f"added {changes.added}, replaced {changes.replaced}, unchanged {changes.unchanged} documents" if replace
             else f"added {changes.added} document{'s' * (changes.added != 1)}")
     print(done, file=sys.stderr)
@@ -138,7 +145,7 @@ def _add(args: argparse.Namespace) -> int:
 def _delete(args: argparse.Namespace) -> int:
     from spanseek.indexer.lifecycle import delete_documents, read_ids
 
-    print(json.dumps(delete_documents(_index_dir(args.index), read_ids(args.ids, args.ids_file),
+    print(json.dumps(delete_documents(_index_dir(args.index, "--index"), read_ids(args.ids, args.ids_file),
                                       _live_dir(args.live_dir)[0]), indent=2))
     return 0
 
@@ -146,7 +153,7 @@ def _delete(args: argparse.Namespace) -> int:
 def _compact(args: argparse.Namespace) -> int:
     from spanseek.indexer.lifecycle import compact_index
 
-    print(json.dumps(compact_index(_index_dir(args.index), BuildOptions(progress=not args.quiet),
+    print(json.dumps(compact_index(_index_dir(args.index, "--index"), BuildOptions(progress=not args.quiet),
                                    _live_dir(args.live_dir)[0]), indent=2))
     return 0
 
@@ -154,7 +161,7 @@ def _compact(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from spanseek.indexer.lifecycle import export_documents
 
-    print(json.dumps(export_documents(_index_dir(args.index), args.out), indent=2))
+    print(json.dumps(export_documents(_index_dir(args.index, "--index"), args.out), indent=2))
     return 0
 
 
@@ -196,7 +203,7 @@ def _snapshot(args: argparse.Namespace) -> int:
 
     live_dir, variable = _live_dir(args.live_dir)
     try:
-        done = snapshot_index(_index_dir(args.index), args.out, live_dir)
+        done = snapshot_index(_index_dir(args.index, "--index"), args.out, live_dir)
     except LiveStoreError as e:  # (a live directory made over another index): where its path came from
         if variable is not None and str(live_dir) in str(e):
             raise LiveStoreError(f"{variable}={live_dir}: {e}") from None
@@ -205,18 +212,27 @@ def _snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
-def _index_dir(path: str) -> str:
+def _index_dir(path: str, flag: str | None = None) -> str:
     """The index directory that ``--index`` names: the path itself, or the directory an alias's pointer file names
-    (`index switch --pointer`), as `spanseek serve` reads an alias (a symlink alias the system follows). A file that
-    is no pointer file is left as given, for opening it to say what it is (a corpus given as the index)."""
-    if not Path(path).is_file():
-        return path
-    from spanseek.core.alias import AliasError, resolve_alias
+    (`index switch --pointer`), as `spanseek serve` reads an alias (a symlink alias the system follows). With
+    ``flag``, a path that is no directory (missing, or a file that is no pointer file: a corpus given as the index) is
+    refused here, the error naming the flag (``--index work/idx: no such index directory``); without, it is left as
+    given, for opening it to say what it is."""
+    target = path
+    if Path(path).is_file():
+        from spanseek.core.alias import AliasError, resolve_alias
 
-    try:
-        return str(resolve_alias(path).target)
-    except (AliasError, OSError):
-        return path
+        try:
+            target = str(resolve_alias(path).target)
+        except (AliasError, OSError):
+            pass
+    if flag is not None and not Path(target).is_dir():
+        from spanseek.core.io import naming_flag
+        from spanseek.core.phrase_index import IndexFormatError, Manifest
+
+        with naming_flag(flag, IndexFormatError):
+            Manifest.load(target)  # (says what the path is: missing, a file)
+    return target
 
 
 def _corpus_file(path: str) -> str:
@@ -238,11 +254,13 @@ def _index_operand(p: argparse.ArgumentParser) -> None:
     p.add_argument("--index", default=None, help=argparse.SUPPRESS)
 
 
-def _index_of(args: argparse.Namespace) -> str:
+def _index_of(args: argparse.Namespace, checked: bool = True) -> str:
+    """The index given as ``INDEX`` or ``--index``; ``checked``: one given as ``--index`` that is no index directory
+    is refused naming the flag (``_index_dir``)."""
     if (args.index_dir is None) == (args.index is None):
         raise ValueError("give the index directory once: `INDEX` or `--index INDEX`" if args.index is None else
                          f"the index is given twice ({args.index_dir!r} and --index {args.index!r}): give it once")
-    return _index_dir(str(args.index_dir or args.index))
+    return _index_dir(str(args.index_dir or args.index), "--index" if checked and args.index is not None else None)
 
 
 def _verified_live_dir(flag: str | None, index: str) -> str | None:
@@ -259,7 +277,7 @@ def _verified_live_dir(flag: str | None, index: str) -> str | None:
 def _verify(args: argparse.Namespace) -> int:
     from spanseek.indexer.verify import verify_index
 
-    index = _index_of(args)
+    index = _index_of(args, checked=False)
     report = verify_index(index, sample=args.sample, k=args.k, nprobe=args.nprobe,
                           live_dir=_verified_live_dir(args.live_dir, index))
     print(json.dumps(report, indent=2))
@@ -353,7 +371,7 @@ def _search(args: argparse.Namespace) -> int:
     # One precision however many questions are asked, the service's default (auto: from the device's features, no
     # start-up timing; on a CPU the encoder and the reader then run on ONNX Runtime in fp32 where it is installed), so
     # a question gets the same hits and scores alone as among others
-    searcher = open_searcher(_index_dir(args.index), args.model, device=args.device, search_device=args.search_device,
+    searcher = open_searcher(_index_dir(args.index, "--index"), args.model, device=args.device, search_device=args.search_device,
                              reader=args.reader if params.read else None, precision="auto", reader_precision="auto")
     searcher.check_mode(params)
     for n, (q, hits) in enumerate(zip(questions, searcher.search(questions, params), strict=True)):  # a blank one gets no hits
@@ -424,7 +442,7 @@ def _eval(args: argparse.Namespace) -> int:
     for flag, given in (("--questions", args.questions), ("--corpus", args.corpus)):
         if args.out is not None and given is not None and _same_file(args.out, given):  # the metrics would replace it
             raise ValueError(f"--out {args.out} is the {flag} file to read; write the metrics somewhere else")
-    index = _index_dir(args.index) if args.index is not None else None
+    index = _index_dir(args.index, "--index") if args.index is not None else None
     # the model that built --index, as `spanseek search` takes it (None); a temporary index is built with `default`
     model = args.model if args.model is not None else ("default" if index is None else None)
     m = run_eval(args.questions, model, index=index, corpus=corpus,

@@ -72,9 +72,12 @@ def check_servable(settings: Settings) -> Path:
     another server writes to it (but for a standby, ``writes_standby``, which waits for it); from the manifest and
     the models' configs and fingerprints, loading no weights. An alias is checked through to its target. Returns the
     model directory that will serve (an earlier bundled default for an index it built)."""
+    from contextlib import nullcontext
+
     from spanseek.core.alias import AliasError, resolve_alias
     from spanseek.core.config import EncoderConfig
     from spanseek.core.encoding import pick_device
+    from spanseek.core.io import naming_flag
     from spanseek.core.loading import builder_name, check_search_device, index_model
     from spanseek.core.model import CONFIG_NAME, model_fingerprint, phrase_fingerprint
     from spanseek.core.phrase_index import IndexFormatError, check_index
@@ -87,7 +90,8 @@ def check_servable(settings: Settings) -> Path:
     except OSError as e:  # a file read as a pointer whose first line is no path (a corpus): named, never quoted
         raise AliasError(f"{setting_names('index')} {settings.index}: not an index directory, nor a pointer file "
                          f"naming one (read as one: {e.strerror})") from None
-    manifest = check_index(target)
+    with naming_flag(setting_names("index"), IndexFormatError) if not target.is_dir() else nullcontext():
+        manifest = check_index(target)  # (missing, or a file: said naming the setting, as the lines above)
     model_dir = index_model(manifest, settings.model, target)
     try:
         manifest.check_model(EncoderConfig.load(model_dir / CONFIG_NAME), model_fingerprint(model_dir),
