@@ -331,6 +331,20 @@ async def _async_sleep(seconds: float) -> None:
 # --- clients ------------------------------------------------------------------------------------------------
 
 
+def url_problem(url: str) -> str | None:
+    """What makes ``url`` (with its scheme) no address a request can go to: no host (``http://``), a port that is no
+    number or out of range (``http://[::1``, ``http://host:99999``); None when it is one."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as e:
+        return f"is not a URL ({e})"
+    if not parsed.host:
+        return "names no host (http://HOST:PORT)"
+    if parsed.port is not None and not 0 < parsed.port < 65536:
+        return f"names port {parsed.port}; a port is 1 to 65535"
+    return None
+
+
 class _Base:
     """What both clients share: the base URL and key, the retry policy, the request body."""
 
@@ -344,6 +358,8 @@ class _Base:
             # httpx's own words for "localhost:8000" are "an unsupported protocol 'localhost://'"
             meant = "http:// or https://" if "://" in str(url) else f"http://{url}"
             raise ValueError(f"the client takes the service's base URL with its scheme ({meant}), got {url!r}")
+        if (problem := url_problem(url)) is not None:  # (httpx's InvalidURL is no error of a request)
+            raise ValueError(f"the service's base URL {url!r} {problem}")
         self.url = url.rstrip("/")
         self.max_retries, self.max_retry_wait = int(max_retries), float(max_retry_wait)
         self.max_retry_time, self.backoff = float(max_retry_time), float(backoff)

@@ -639,7 +639,7 @@ def _api_key(args: argparse.Namespace) -> str | None:
 def _run(args: argparse.Namespace) -> int:
     import httpx
 
-    from spanseek.client import Client, SpanseekError
+    from spanseek.client import Client, SpanseekError, url_problem
     from spanseek.indexer.ingest import parse_meta
     from spanseek.indexer.interrupt import taking_stops
     from spanseek.indexer.read_process import check_memory_cap, check_time_limit
@@ -657,6 +657,8 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError(f"--timeout must be a number of seconds > 0, got {args.timeout}")
     if not args.url.lower().startswith(("http://", "https://")):
         raise ValueError(f"--url takes the service's base URL with its scheme (http://{args.url}), got {args.url!r}")
+    if (problem := url_problem(args.url)) is not None:
+        raise ValueError(f"--url {args.url!r} {problem}")
     api_key = _api_key(args)
     source = args.source or default_source(args.paths)
     adopt = None if args.source else former_source(args.paths)

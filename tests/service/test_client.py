@@ -467,6 +467,18 @@ def test_a_url_without_its_scheme_is_refused_naming_the_one_meant(cls, url, mean
         assert client.url == "HTTPS://host:8000"
 
 
+@pytest.mark.parametrize("cls", [Client, AsyncClient])
+@pytest.mark.parametrize(("url", "why"), [("http://[::1", "is not a URL (Invalid port: ':1')"),
+                                          ("http://host:x/", "is not a URL (Invalid port: 'x')"),
+                                          ("http://", "names no host (http://HOST:PORT)"),
+                                          ("http://127.0.0.1:99999", "names port 99999; a port is 1 to 65535")])
+def test_a_url_that_is_no_address_is_refused_naming_it(cls, url, why):
+    """httpx's InvalidURL escaped the client as it was made (a traceback from `spanseek sync --url http://[::1`), and a
+    URL with no host or a port out of range failed only at the first request, as a connection error."""
+    with pytest.raises(ValueError, match=re.escape(f"the service's base URL {url!r} {why}")):
+        cls(url)
+
+
 def test_search_options_are_the_http_requests_fields():
     """SearchOptions types every option of the HTTP request (itself generated from core.params.SearchParams)."""
     from spanseek.client import SearchOptions
