@@ -659,6 +659,9 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError(f"--url takes the service's base URL with its scheme (http://{args.url}), got {args.url!r}")
     if (problem := url_problem(args.url)) is not None:
         raise ValueError(f"--url {args.url!r} {problem}")
+    if args.source is not None and not args.source.strip():  # (taken for no --source: the default, silently)
+        raise ValueError(f"--source names the documents this sync writes (their {SOURCE_KEY}), got {args.source!r}; "
+                         "give a name, or leave --source out for the default")
     api_key = _api_key(args)
     source = args.source or default_source(args.paths)
     adopt = None if args.source else former_source(args.paths)

@@ -254,6 +254,7 @@ FAILURES = [
     (["train", "average", "default", "--out", "{tmp}/file/avg"], "{tmp}/file/avg: cannot be written"),
     (["sync", "{missing}", "--url", "http://127.0.0.1:9"], "{missing}"),
     (["sync", "{tmp}", "--url", "127.0.0.1:9"], "--url"),
+    (["sync", "{tmp}", "--url", "http://127.0.0.1:9", "--source", " "], "--source names the documents this sync"),
     (["sync", "{tmp}", "--url", "http://[::1"], "--url 'http://[::1' is not a URL (Invalid port: ':1')"),
     (["sync", "{tmp}", "--url", "http://127.0.0.1:99999"], "--url 'http://127.0.0.1:99999' names port 99999"),
 ]
