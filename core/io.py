@@ -24,6 +24,7 @@ import math
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 import unicodedata
@@ -183,12 +184,17 @@ def no_space(error: BaseException) -> bool:
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; rename it over ``path`` only if the block succeeds (the temporary
-    file is removed either way).
+    file is removed either way). An existing ``path`` that is no regular file nor folder (``/dev/null``, ``/dev/stdout``,
+    a named pipe) is written in place: renaming over it would replace the device or pipe with a file.
 
     A folder or temporary that cannot be made, or a temporary the block cannot open, is an OSError naming ``path``
     (the path the caller was given) and why, never the hidden temporary: ``out/m.json: cannot be written: out is a
     file, not a folder``; so is a write the disk has no room for."""
     path = Path(path)
+    if _special_file(path):
+        with naming(path):
+            yield path
+        return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -209,6 +215,16 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def _special_file(path: Path) -> bool:
+    """Whether ``path`` (its link followed) exists and is neither a regular file nor a folder: a device, a pipe or
+    a socket."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
 def write_faiss(index: Any, path: str | Path) -> None:

@@ -572,3 +572,24 @@ def test_a_directory_given_as_a_file_is_named_a_directory(tmp_path):
         with pytest.raises(CorpusError) as e:
             read(tmp_path)
         assert str(e.value) == f"{tmp_path}: a directory, not a file"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes")
+def test_an_output_that_is_a_pipe_or_device_is_written_in_place_not_replaced(tmp_path):
+    """``--out /dev/null`` or a named pipe: the temporary was renamed over it, which (as root) left a regular file
+    where the device was; now such a path is written in place and stays what it was."""
+    import stat
+    import threading
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(pipe.read_bytes()), daemon=True)
+    reader.start()
+    from spanseek.core.io import write_json_atomic
+
+    write_json_atomic(pipe, {"written": 1})
+    reader.join(timeout=10)
+    assert stat.S_ISFIFO(os.stat(pipe).st_mode)
+    assert json.loads(got[0]) == {"written": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]  # no temporary left beside it
