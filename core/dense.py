@@ -317,7 +317,7 @@ class DenseLeg:
         queries = np.concatenate([q_start, q_end])  # one search for both sides: a flat index streams its vectors once
         xb = flat_vectors(self.index.faiss) if self.on_device is None else None
         if xb is not None:
-            allowed = None if plan.selection.passages is None else plan.selection.passages[self.index.token_passage]
+            allowed = plan.selection.allowed_tokens(self.index)
             half = self.half_vectors() if self.flat_holds_fine and len(queries) <= HALF_ROWS else None
             scan = FlatScan(self.index.faiss, queries, allowed, half=half, transposed=self.transposed_vectors(xb),
                             products_of=products_of if isinstance(products_of, FlatScan) else None)
@@ -325,7 +325,7 @@ class DenseLeg:
         parts = getattr(self.index.faiss, "flat_parts", None)  # a base and a segment of live writes, both flat
         base = parts() if parts is not None and self.on_device is None else None
         if base is not None:
-            allowed = None if plan.selection.passages is None else plan.selection.passages[self.index.token_passage]
+            allowed = plan.selection.allowed_tokens(self.index)
             segmented = SegmentedScan(self.index, queries, allowed, base,
                                       products_of=products_of if isinstance(products_of, SegmentedScan) else None)
             return (lambda rows, k: segmented.top(np.concatenate([rows, n + rows]), k)), segmented

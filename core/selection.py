@@ -15,7 +15,11 @@ selection thus costs D + P + P/8 bytes and O(D + P) time, never O(tokens): at 64
 a token, where a bitmap over token ids (``IDSelectorBitmap`` of N bits, as before) costs 0.125 bytes a token and an
 O(N) expansion for every new filter (about 3 s at 3B tokens). The shared map costs 8 bytes a token once, made at
 the first selection (an index with neither deletions nor filters never makes it); a flat search with it scanned
-2M tokens 8% slower than with a token bitmap (faiss 1.15, one core).
+2M tokens 8% slower than with a token bitmap (faiss 1.15, one core). What a search reads per token is made from
+the selection at the first search that reads it and kept with it (``Selection.allowed_tokens``: the (N,) mask a flat
+scan, which scores every token of each batch anyway, masks with; ``Selection.allowed_ids``: the tokens an exact search
+of a small selection scores), so no later batch of the same filter makes it again: made each batch, the mask took
+14 ms and the ids 49 ms at 10M tokens, whatever the batch.
 
 Deleted documents and filters select whole documents, so every span (which never crosses a passage) of an allowed
 token lies in an allowed passage.
@@ -37,7 +41,7 @@ import math
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -82,6 +86,8 @@ class Selection:
         ``min(top_k, unit_count)`` units.
     token_share: the share of the index's tokens allowed.
     keep: what the selector reads through bare pointers (the bitmap's selector, the shared token map).
+    made: the token-level forms made at the first search that reads them (``allowed_tokens``, ``allowed_ids``),
+        kept with the selection so that no later batch makes them again (``Selections`` charges their bytes).
     """
 
     passages: np.ndarray | None
@@ -91,6 +97,7 @@ class Selection:
     docs: np.ndarray | None = None
     token_share: float = 1.0
     keep: tuple[Any, ...] = ()
+    made: dict[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def empty(self) -> bool:
@@ -99,8 +106,35 @@ class Selection:
 
     @property
     def nbytes(self) -> int:
-        """The bytes this selection holds (its arrays; the shared token map is the index's)."""
-        return sum(a.nbytes for a in (self.docs, self.passages, self.bitmap) if a is not None)
+        """The bytes this selection holds (its arrays, those it has made since; the shared token map is the
+        index's)."""
+        return sum(a.nbytes for a in (self.docs, self.passages, self.bitmap, *self.made.values()) if a is not None)
+
+    def allowed_tokens(self, index: PhraseIndex) -> np.ndarray | None:
+        """(N,) bool: the tokens of ``index`` (this selection's) in allowed passages, None when every one is: what a
+        flat scan masks its products with. Made at the first search that asks and kept (N bytes): each batch made it
+        again from the token -> passage map (14 ms at 10M tokens, for a scan of a single question)."""
+        if self.passages is None:
+            return None
+        made = self.made.get("tokens")
+        if made is None:
+            made = self.made.setdefault("tokens", np.asarray(self.passages[index.token_passage], dtype=bool))
+        return made
+
+    def allowed_ids(self, index: PhraseIndex) -> np.ndarray:
+        """The ids of the tokens of ``index`` in allowed passages, ascending (every token's when all are), from the
+        allowed passages' token ranges: what an exact search of a small selection scores (``selected_top``). Made at
+        the first search that asks and kept (8 bytes an allowed token): each batch read the (N,) token -> passage map
+        again (49 ms at 10M tokens)."""
+        made = self.made.get("ids")
+        if made is None:
+            ptok = index.passage_tokens
+            passages = np.flatnonzero(self.passages) if self.passages is not None else np.arange(len(ptok) - 1)
+            first, lengths = ptok[passages], ptok[passages + 1] - ptok[passages]
+            ids = np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(first - (np.cumsum(lengths) - lengths),
+                                                                            lengths)
+            made = self.made.setdefault("ids", ids)
+        return made
 
 
 def allowed_documents(index: PhraseIndex, flt: SearchFilter | None) -> np.ndarray | None:
@@ -297,7 +331,7 @@ def search_ids(index: PhraseIndex, queries: np.ndarray, k: int, nprobe: int | No
     share = sel.token_share
     if ivf is not None:  # the lists near a query may hold few allowed tokens (EXACT_SELECTED_TOKENS)
         if share * n <= EXACT_SELECTED_TOKENS and not hasattr(faiss_index, "ivf_index"):  # (not live writes)
-            return selected_top(index, queries, k, sel.passages)
+            return selected_top(index, queries, k, sel.allowed_ids(index))
         probes = min(int(ivf.nlist), math.ceil((nprobe or index.default_nprobe or 1) / max(share, 1e-12)))
         return search(queries, k, sel.selector, probes)
     if share < OVERFETCH_MIN_ALLOWED or k >= n:
@@ -324,12 +358,11 @@ def search_ids(index: PhraseIndex, queries: np.ndarray, k: int, nprobe: int | No
     return out
 
 
-def selected_top(index: PhraseIndex, queries: np.ndarray, k: int, passages: np.ndarray) -> np.ndarray:
-    """(n, k) ids of the ``k`` best tokens of the allowed ``passages`` for each query, every one of them scored from
-    the fine vectors (``PhraseIndex.token_scores``, as span completion scores them); best first, the larger id
-    first among equal scores, at the cut too (of the copies of a duplicated passage tied at the k-th place, the
-    larger ids are kept); -1 where fewer are allowed."""
-    ids = np.flatnonzero(passages[index.token_passage])  # ascending
+def selected_top(index: PhraseIndex, queries: np.ndarray, k: int, ids: np.ndarray) -> np.ndarray:
+    """(n, k) ids of the ``k`` best of the allowed tokens ``ids`` (ascending; ``Selection.allowed_ids``) for each
+    query, every one of them scored from the fine vectors (``PhraseIndex.token_scores``, as span completion scores
+    them); best first, the larger id first among equal scores, at the cut too (of the copies of a duplicated passage
+    tied at the k-th place, the larger ids are kept); -1 where fewer are allowed."""
     out = np.full((len(queries), k), -1, dtype=np.int64)
     kk = min(k, len(ids))
     if kk == 0:
@@ -392,6 +425,7 @@ class Selections:
         self.max_bytes = max_bytes
         self.layout = Layout(index, unit_of_passage)
         self.recent: dict[SearchFilter | None, tuple[Selection, int]] = {}  # oldest first; (selection, its cost)
+        self._arrays: dict[SearchFilter | None, int] = {}  # the bytes of each kept selection's arrays charged
         self.nbytes = 0
         self._lock = threading.Lock()
 
@@ -406,14 +440,25 @@ class Selections:
         with self._lock:
             kept = self.recent.pop(flt, None)
             if kept is not None:
-                self.recent[flt] = kept  # most recent last
+                # the token forms a search made since it was charged (``Selection.made``) are charged now
+                grown = kept[0].nbytes - self._arrays[flt]
+                self._arrays[flt] += grown
+                self._charge(flt, kept[0], kept[1] + grown, kept[1])
                 return kept[0]
         sel = select(self.index, flt, self.layout)  # outside the lock: searches go on
         cost = self.cost(flt, sel)
         with self._lock:
             old = self.recent.pop(flt, None)  # made meanwhile by another thread
-            self.nbytes += cost - (old[1] if old is not None else 0)
-            self.recent[flt] = (sel, cost)
-            while self.nbytes > self.max_bytes and len(self.recent) > 1:
-                self.nbytes -= self.recent.pop(next(iter(self.recent)))[1]
+            self._arrays[flt] = sel.nbytes
+            self._charge(flt, sel, cost, old[1] if old is not None else 0)
         return sel
+
+    def _charge(self, flt: SearchFilter | None, sel: Selection, cost: int, charged: int) -> None:
+        """Keep ``sel`` for ``flt`` as the most recent at ``cost`` bytes (``charged`` of them already counted), and
+        drop the oldest while over the budget (under the lock)."""
+        self.nbytes += cost - charged
+        self.recent[flt] = (sel, cost)
+        while self.nbytes > self.max_bytes and len(self.recent) > 1:
+            oldest = next(iter(self.recent))
+            self.nbytes -= self.recent.pop(oldest)[1]
+            del self._arrays[oldest]

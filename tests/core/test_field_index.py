@@ -517,3 +517,34 @@ def test_the_cache_budget_counts_the_filters_it_keeps(docs):
     assert kept < 2 * budget, f"the cache keeps {kept} bytes for a budget of {budget}"
     assert 1 <= len(cache.recent) <= 3 and cache.nbytes <= budget
     assert object_bytes(SearchFilter.from_json({"doc_ids": ["a" * 1000]})) > 1000  # the ids' text is counted
+
+
+@pytest.mark.parametrize("deleted", [[], [0, 5, 6]])
+def test_a_selections_token_forms_are_made_once_and_charged_to_the_cache(docs, deleted):
+    """The allowed tokens a flat scan masks with and the allowed ids an exact search scores are the token map's
+    (oracle: each passage's tokens looked up one by one), made at the first search that asks and the same arrays
+    for every later batch; the cache charges their bytes at the next look-up and evicts by them."""
+    index = fake_index(docs, deleted=deleted)
+    filters = [SearchFilter.from_json({"must": [{"key": "year", "range": {"gte": 1990 + i}}]}) for i in range(3)]
+    layout = Layout(index, index.units)  # type: ignore[arg-type]
+    for flt in [None, *filters]:
+        sel = select(index, flt, layout)  # type: ignore[arg-type]
+        allowed = (np.ones(len(docs), bool) if sel.docs is None else sel.docs)[index.units["doc"]]
+        want = np.asarray([allowed[p] for p in index.token_passage.tolist()])
+        tokens = sel.allowed_tokens(index)  # type: ignore[arg-type]
+        assert (tokens is None) == (sel.passages is None) and (tokens is None or np.array_equal(tokens, want))
+        assert sel.allowed_tokens(index) is tokens  # type: ignore[arg-type]
+        ids = sel.allowed_ids(index)  # type: ignore[arg-type]
+        assert np.array_equal(ids, np.flatnonzero(want)) and sel.allowed_ids(index) is ids  # type: ignore[arg-type]
+    for flt in filters:
+        hash(flt)  # the key its equality goes by, made by the cache's first look-up, is part of its cost
+    plain = [Selections.cost(f, select(index, f, layout)) for f in filters]  # type: ignore[arg-type]
+    cache = Selections(index, index.units, max_bytes=sum(plain[:2]) + 64)  # type: ignore[arg-type]
+    for flt in filters[:2]:
+        cache.get(flt).allowed_tokens(index)  # type: ignore[arg-type]
+    assert list(cache.recent) == filters[:2] and cache.nbytes == sum(plain[:2])  # not charged yet
+    cache.get(filters[0])  # charged now: the two selections and their masks are over the budget
+    assert list(cache.recent) == filters[:1]
+    assert cache.nbytes == cache.recent[filters[0]][1] == plain[0] + index.num_tokens
+    cache.get(filters[2])
+    assert cache.nbytes == sum(cost for _, cost in cache.recent.values()) <= cache.max_bytes

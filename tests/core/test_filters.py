@@ -363,9 +363,9 @@ def test_a_question_whose_nearest_tokens_are_all_left_out_still_gets_k_allowed_o
 
 @pytest.mark.parametrize("k", [2, 4, 30, 500])
 def test_the_allowed_tokens_scored_whole_rank_best_first_the_larger_id_first_among_ties(k):
-    """``selected_top`` (an IVF index's small selections, every allowed token scored): the k best allowed tokens,
-    best first, the larger id first among equal scores (faiss's order; a duplicated passage's tokens tie exactly),
-    -1 past the allowed ones."""
+    """``selected_top`` (an IVF index's small selections, every allowed token scored): the k best of the allowed
+    tokens (``Selection.allowed_ids``), best first, the larger id first among equal scores (faiss's order; a
+    duplicated passage's tokens tie exactly), -1 past the allowed ones."""
     from spanseek.core import selection
 
     rng = np.random.default_rng(k)
@@ -378,8 +378,8 @@ def test_the_allowed_tokens_scored_whole_rank_best_first_the_larger_id_first_amo
     passages[[4, 5, 6, 7, 20, 21, 22, 23]] = True  # both copies allowed
     index = SimpleNamespace(token_passage=token_passage, token_scores=lambda ids, q: x[ids] @ q)
     queries = np.concatenate([x[[45, 210]], rng.standard_normal((2, 8))]).astype(np.float32)
-    got = selection.selected_top(index, queries, k, passages)
     allowed = np.flatnonzero(passages[token_passage])
+    got = selection.selected_top(index, queries, k, allowed)
     every = index.token_scores(allowed, np.ascontiguousarray(queries.T)).T  # the scores selected_top ranks by
     for scores_of_allowed, row in zip(every, got, strict=True):  # the oracle: all of them by score, then larger id
         want = allowed[np.lexsort((-allowed, -scores_of_allowed))][:k]
@@ -394,7 +394,7 @@ def test_the_allowed_tokens_scored_whole_rank_best_first_the_larger_id_first_amo
     # a token and its copy tie at the top
     assert got[0, :2].tolist() == [205, 45] and got[1, :2].tolist() == [210, 50]
     if k == 2:  # token 50 and its copy 210 tie at the cut of 1: the copy (the larger id) is kept, as at k = 2
-        assert selection.selected_top(index, queries[1:2], 1, passages)[0, 0] == 210
+        assert selection.selected_top(index, queries[1:2], 1, allowed)[0, 0] == 210
 
 
 @pytest.fixture(scope="module")
