@@ -387,9 +387,9 @@ class DenseLeg:
         for half, spannable in zip((slice(0, p), slice(p, 2 * p)), self.spannable(max_tokens), strict=True):
             part = ok[half]  # a view: the starts' rows, then the ends'
             part[part] = spannable[ids[half][part]]
-        question = np.nonzero(ok)[0] % p
-        n_units = int(unit_of_passage.max()) + 1
-        pairs = np.unique(question * n_units + unit_of_passage[self.index.token_passage[ids[ok]]])
+        question, units = np.nonzero(ok)[0] % p, unit_of_passage[self.index.token_passage[ids[ok]]]
+        n_units = int(units.max()) + 1 if len(units) else 1  # the candidates' range (not a pass over (P,) a round)
+        pairs = np.unique(question * n_units + units)
         return np.bincount(pairs // n_units, minlength=p)
 
     def spannable(self, max_tokens: int) -> tuple[np.ndarray, np.ndarray]:
@@ -490,15 +490,15 @@ class DenseLeg:
         of its unit so far. A start token's span scores at most its start score + the question's best end score of
         any token + the largest length bias (an end token's likewise; float32 sums round monotonically, so the bound
         holds to the bit). Exact where the candidates are an exact search's top tokens, best first, ranked by the
-        scores ``scores`` gives (``BatchScores.ranked``): a question's first top token is then its best token.
-        Only where units have several candidates each (documents: on the 146k-token demo index 29% of a document
-        search's candidates are completed; passages have about one each and are completed as they are)."""
-        n_units = int(unit_of_passage.max()) + 1
-        if UNIT_CANDIDATES * 2 * len(candidates) * n_units > len(s) + len(e):  # too few a unit, even if all have some
+        scores ``scores`` gives (``BatchScores.ranked``): a question's first top token is then its best token. Only
+        where units have several candidates each (documents: 29% of a document search's candidates are completed on
+        the 146k-token demo index; passages have about one each and are completed as they are)."""
+        may_return = scores.plan.selection.unit_count.get(scores.plan.unit, 1)  # the units the selection allows
+        if UNIT_CANDIDATES * 2 * len(candidates) * may_return > len(s) + len(e):  # too few a unit, even if all had some
             return self._complete(scores, s, qs, e, qe)
-        tokens, question = np.concatenate([s, e]), np.concatenate([qs, qe])
-        side = np.r_[np.zeros(len(s), np.int64), np.ones(len(e), np.int64)]
-        key = (question * n_units + unit_of_passage[self.index.token_passage[tokens]]) * 2
+        tokens, question, side = np.concatenate([s, e]), np.concatenate([qs, qe]), np.repeat([0, 1], [len(s), len(e)])
+        units = unit_of_passage[self.index.token_passage[tokens]]  # the key's range: the candidates', not (P,)'s
+        key = (question * (int(units.max()) + 1) + units) * 2
         sides, head, where = np.unique(key + side, return_index=True, return_inverse=True)  # each unit's side
         if UNIT_CANDIDATES * len(sides) > len(tokens):  # too few candidates per unit to leave any out
             return self._complete(scores, s, qs, e, qe)
