@@ -22,6 +22,7 @@ import pytest
 
 from spanseek.core.dense import EMPTY_SPANS, BatchScores
 from spanseek.core.params import MODES, UNITS, SearchFilter, SearchParams
+from spanseek.core.selection import Selections
 
 
 def straightforward_candidates(leg, plan, q_start, q_end, top_k, unit_of_passage):
@@ -62,10 +63,11 @@ def hit_scores(hits) -> np.ndarray:
 @pytest.mark.parametrize("scan", ["float32", "fp16"])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("unit", UNITS)
-@pytest.mark.parametrize("filtered", [False, True])
-def test_fast_path_hits_equal_the_straightforward_path(tiny_searcher, monkeypatch, unit, mode, filtered, scan):
+@pytest.mark.parametrize("selection", ["none", "filter", "deleted"])
+def test_fast_path_hits_equal_the_straightforward_path(tiny_searcher, monkeypatch, unit, mode, selection, scan):
     """``scan``: the flat scan ranks from float32 products, or (whatever this CPU is) from fp16 ones, the token
-    scores then the scan's exact ones."""
+    scores then the scan's exact ones. ``selection``: every document, a filter to every other one, or every third
+    one deleted."""
     from spanseek.core import dense, flat_search
 
     monkeypatch.setattr(dense, "UNIT_CANDIDATES", 1)  # unit searches bound their candidates, however few
@@ -82,11 +84,15 @@ def test_fast_path_hits_equal_the_straightforward_path(tiny_searcher, monkeypatc
     searcher = tiny_searcher
     index = searcher.index
     assert searcher.dense.flat_holds_fine  # token scores are read from the flat scan's held product
+    if selection == "deleted":  # a fresh selection cache: the index's documents are others now
+        monkeypatch.setattr(index, "deleted_docs", np.arange(0, len(index.docs), 3, dtype=np.int64))
+        monkeypatch.setattr(searcher, "_selections", Selections(index, searcher._unit_of_passage, 1 << 20))
+    filtered = selection != "none"
     rng = np.random.default_rng(zlib.crc32(f"{unit}/{mode}/{filtered}".encode()))
     qs, qe = rng.standard_normal((2, 12, index.vectors.shape[1])).astype(np.float32)
     qs[:4] = index.token_vectors(rng.choice(index.num_tokens, 4))  # questions aimed at tokens: close scores
     texts = [f"when did {p['text'].split()[3]} build it" for p in index.passages[:12]]
-    flt = SearchFilter(doc_ids=tuple(d["id"] for d in index.docs[::2])) if filtered else None
+    flt = SearchFilter(doc_ids=tuple(d["id"] for d in index.docs[::2])) if selection == "filter" else None
     for top_k in (1, 3, len(index.docs) + 2):
         params = SearchParams(unit=unit, mode=mode, top_k=top_k, filter=flt)
         fast = searcher.search_vectors(qs, qe, params, None, texts)
@@ -95,9 +101,11 @@ def test_fast_path_hits_equal_the_straightforward_path(tiny_searcher, monkeypatc
             m.setattr(searcher.dense, "candidates", lambda batch, top_k, units, dedupe=True: straightforward_candidates(
                 searcher.dense, batch.plan, batch.scores.q_start, batch.scores.q_end, top_k, units))
             plain = searcher.search_vectors(qs, qe, params, None, texts)
-        assert hit_rows(fast) == hit_rows(plain), (unit, mode, filtered, top_k)
+        assert hit_rows(fast) == hit_rows(plain), (unit, mode, selection, top_k)
         np.testing.assert_allclose(hit_scores(fast), hit_scores(plain), rtol=1e-6, atol=1e-5, equal_nan=True)
         assert any(fast), "no hits at all: the comparison is empty"
+        gone = {index.docs[d]["id"] for d in index.deleted_docs}
+        assert not any(h.doc_id in gone for q in fast for h in q)
     assert (len(ranked) > 0) == (scan == "fp16" and mode != "lexical") and not any(ranked)
 
 
