@@ -182,22 +182,29 @@ def run(args: argparse.Namespace) -> dict:
     return result
 
 
-def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def search_arguments(p: argparse.ArgumentParser, batch_sizes: list[int], modes: tuple[str, ...], repeats: int
+                     ) -> None:
+    """The options of a benchmark that times ``search_vectors`` on an index's pre-encoded questions by batch size,
+    unit and mode, and writes or compares their hits (this one's and ``batch_overheads.py``'s)."""
     p.add_argument("--index", default=str(ROOT / "work" / "demo-index"), help="index directory")
     p.add_argument("--model", default=None, help="model directory or 'default' (default: the index's)")
     p.add_argument("--questions", default=str(ROOT / "runs" / "validation.json.gz"), help="SQuAD-format questions")
     p.add_argument("--n-questions", type=int, default=256, help="questions whose hits --hits-out/--compare cover")
     p.add_argument("--timed-questions", type=int, default=64, help="questions searched in each timed round")
-    p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    p.add_argument("--batch-sizes", type=int, nargs="+", default=batch_sizes)
     p.add_argument("--units", nargs="+", default=list(UNITS), choices=UNITS)
-    p.add_argument("--modes", nargs="+", default=["hybrid", "dense"], choices=MODES)
+    p.add_argument("--modes", nargs="+", default=list(modes), choices=MODES)
     p.add_argument("--top-k", type=int, default=10)
-    p.add_argument("--repeats", type=int, default=3, help="timed rounds of each; the fastest is kept")
-    p.add_argument("--scan-rows", type=int, nargs="*", default=[], help="also time the scan's products at these rows")
-    p.add_argument("--scan-runs", type=int, default=15, help="timed runs of each product (medians)")
+    p.add_argument("--repeats", type=int, default=repeats, help="timed rounds of each; the fastest is kept")
     p.add_argument("--hits-out", default=None, help="write every question's hits here (JSON), for --compare")
     p.add_argument("--compare", default=None, help="a --hits-out file of an earlier run: count identical hits")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    search_arguments(p, [1, 2, 4, 8, 16], ("hybrid", "dense"), 3)
+    p.add_argument("--scan-rows", type=int, nargs="*", default=[], help="also time the scan's products at these rows")
+    p.add_argument("--scan-runs", type=int, default=15, help="timed runs of each product (medians)")
     p.add_argument("--out", required=True, help="JSON results")
     args = p.parse_args(argv)
     if not Path(args.questions).is_file():
