@@ -378,11 +378,30 @@ def _spaced(text: str | None) -> str:
 def list_start(attrs: Mapping[str, str | None], items: int | None) -> int | None:
     """The number before an ordered list's first item (<ol>'s ``start``, less one; counting down from its
     ``items`` where it is ``reversed``), None where it cannot be known (reversed, its items not counted yet)."""
-    start = (attrs.get("start") or "").strip()
-    given = int(start) if re.fullmatch(r"-?\d{1,9}", start) else None
+    given = html_integer(attrs.get("start"))
     if "reversed" in attrs:
         return None if given is None and items is None else (items if given is None else given) + 1
     return (1 if given is None else given) - 1
+
+
+def item_number(attrs: Mapping[str, str | None], list_attrs: Mapping[str, str | None], before: int | None) -> int | None:
+    """An ordered list's item's number: its ``value``, else one more than the number ``before`` it (``list_start``
+    for the first item), one less where the list (``list_attrs``) is ``reversed``; None where neither is known."""
+    value = html_integer(attrs.get("value"))
+    if value is not None or before is None:
+        return value
+    return before + (-1 if "reversed" in list_attrs else 1)
+
+
+# an <ol>'s start or an <li>'s value as a browser reads an integer (HTML's rules for parsing integers): spaces, a
+# sign, digits, and whatever follows them ignored (" 3rd" is 3); none ("--5", "x") or more than 9 digits is no number
+_HTML_INTEGER = re.compile(r"[ \t\n\f\r]*([-+]?[0-9]{1,9})(?![0-9])")
+
+
+def html_integer(value: str | None) -> int | None:
+    """An attribute's value as HTML reads an integer (``_HTML_INTEGER``), None where it holds none."""
+    found = _HTML_INTEGER.match(value or "")
+    return int(found.group(1)) if found else None
 
 
 def list_marker(number: int, attrs: Mapping[str, str | None]) -> str:
@@ -406,10 +425,8 @@ def _list_numbers(tree: Any) -> None:
     for ol in tree.iter("ol"):
         items = [li for li in ol.iterchildren("li")]
         number = list_start(ol.attrib, len(items))
-        step = -1 if "reversed" in ol.attrib else 1
         for li in items:
-            value = (li.get("value") or "").strip()
-            number = int(value) if re.fullmatch(r"-?\d{1,9}", value) else (number or 0) + step
+            number = item_number(li.attrib, ol.attrib, number)
             _before_text(li, list_marker(number, ol.attrib))
 
 

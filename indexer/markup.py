@@ -31,6 +31,7 @@ from spanseek.indexer.html_tree import (
     check_box,
     code_lines,
     hidden_element,
+    item_number,
     list_marker,
     list_start,
     one_line,
@@ -249,9 +250,7 @@ class _HTMLText(HTMLParser):
             self.handle_data(box)
         elif tag == "li" and self._lists and (ordered := self._lists[-1]) is not None:
             attrs_, (number,) = ordered[0], ordered[1]
-            value = (named.get("value") or "").strip()
-            number = int(value) if value.lstrip("-").isdecimal() and len(value) < 10 else (
-                None if number is None else number + (-1 if "reversed" in attrs_ else 1))
+            number = item_number(named, attrs_, number)
             ordered[1][0] = number
             self._marker = list_marker(number, attrs_) if number is not None and not self._skip else ""
 

@@ -272,6 +272,9 @@ def test_a_task_list_item_reads_its_box_and_its_text():
     ("<ol start=3 type=a><li>x<li value=9>y<li>z</ol>", ["c. x", "i. y", "j. z"]),
     ("<ol type=I start=4><li>x<li hidden>h<li>y</ol>", ["IV. x", "V. y"]),  # (a hidden item is not counted)
     ("<ol reversed start=2><li>x<li>y</ol>", ["2. x", "1. y"]),
+    # a start or value read as a browser reads an integer, what follows its digits passed over; one that is no number
+    # ("--5") counts on from the item before (it raised ValueError)
+    ("<ol start=' 2nd'><li value='--5'>x<li value='+7 '>y<li>z</ol>", ["2. x", "7. y", "8. z"]),
     ("<ul><li>x<li>y</ul>", ["x", "y"]),
 ])
 def test_an_ordered_list_s_items_read_their_numbers(items, expected):
