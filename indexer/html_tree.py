@@ -351,28 +351,35 @@ def _bdo_as_shown(tree: Any) -> None:
         if bdo in inside:
             continue
         marked: list[str] = []
+        # the <pre> elements it is in: a line of a <pre> is a line as a <br> starts one (and its text stays text)
+        in_pre = any(up.tag == "pre" for up in bdo.iterancestors())
+        pre = int(in_pre)
         for event, el in etree.iterwalk(bdo, events=("start", "end")):
             if event == "start":
                 inside.add(el)
-                marked.append((bdo_override(el.attrib) if el.tag == "bdo" else "") + _spaced(el.text) + (
+                pre += el.tag == "pre"
+                marked.append((bdo_override(el.attrib) if el.tag == "bdo" else "") + _spaced(el.text, pre > 0) + (
                     "\n" if el.tag == "br" else ""))
             else:
+                pre -= el.tag == "pre"
                 marked.append((POP_OVERRIDE if el.tag == "bdo" and bdo_override(el.attrib) else "") + (
-                    _spaced(el.tail) if el is not bdo else ""))
+                    _spaced(el.tail, pre > 0) if el is not bdo else ""))
         text = "".join(marked)
         if text == overrides_read(text):
             continue
         first, *lines = overrides_read(text).split("\n")
         for child in list(bdo):
             bdo.remove(child)
-        bdo.text = first
-        for line in lines:
+        bdo.text = "\n".join([first, *lines]) if in_pre else first
+        for line in [] if in_pre else lines:
             etree.SubElement(bdo, "br").tail = line
 
 
-def _spaced(text: str | None) -> str:
-    """An element's text or tail, its line ends spaces (a <br> breaks a line; a new line in the source does not)."""
-    return (text or "").replace("\r", " ").replace("\n", " ")
+def _spaced(text: str | None, pre: bool = False) -> str:
+    """An element's text or tail, its line ends spaces (a <br> breaks a line; a new line in the source does not),
+    but in a <pre> (``pre``), whose lines are shown as they are written."""
+    text = (text or "").replace("\r\n", "\n").replace("\r", "\n")
+    return text if pre else text.replace("\n", " ")
 
 
 def list_start(attrs: Mapping[str, str | None], items: int | None) -> int | None:

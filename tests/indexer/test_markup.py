@@ -65,6 +65,16 @@ def test_a_line_break_in_a_bdo_lays_out_each_line_on_its_own():
     assert extract_markdown(html).paragraphs == ["Go def abc", "jkl ghi now םולש."]
 
 
+def test_a_bdo_in_a_pre_lays_out_each_of_its_lines_on_its_own():
+    """A <pre>'s lines are lines as a <br> starts them: a <bdo> in one shows each reversed in its place, the code's
+    lines kept. In a page's main content they were read as one line, reversed as one ("def abc"; Markdown's HTML
+    read "abc" over "def")."""
+    html = "<pre>x = 1\n<bdo dir=rtl>cba\nfed<br>ihg</bdo>\ny = 2</pre>"
+    expected = "x = 1\nabc\ndef\nghi\ny = 2"
+    assert expected in extract_html(ARTICLE.format(html)).paragraphs
+    assert extract_html(html).paragraphs == extract_markdown(html).paragraphs == [expected]
+
+
 @pytest.mark.parametrize("tabs", [
     # sphinx-tabs: ARIA tab buttons
     "<div role='tablist'><button role='tab'>Windows</button><button role='tab'>Linux</button></div>",
