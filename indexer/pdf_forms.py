@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import re
 import textwrap
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
@@ -194,8 +195,12 @@ def appearance_text(rsrcmgr: Any, widget: dict[str, Any]) -> str | None:
                         *_: Any) -> float:
             if len(glyphs) >= _MOST_GLYPHS:
                 raise OverflowError
+            # its baseline and its place along it, in the direction it is drawn (a field a program turned, /MK's
+            # /R, draws its text turned: read by the page's up and left, a line of it read one glyph a line)
+            a, b, _, _, e, f = matrix
+            run = math.hypot(a, b) or 1.0
             try:
-                glyphs.append((round(matrix[5], 0), matrix[4], font.to_unichr(cid)))
+                glyphs.append((round((f * a - e * b) / run, 0), (e * a + f * b) / run, font.to_unichr(cid)))
             except Exception:  # a glyph of no character
                 pass
             return float(font.char_width(cid) * fontsize * scaling)

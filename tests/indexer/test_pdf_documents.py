@@ -1329,14 +1329,19 @@ def test_a_form_field_reads_as_its_format_action_shows_it(tmp_path):
                                             "Refund: (1.234.567,50 EUR)", "Berth: B12"]
 
 
-@pytest.mark.parametrize("needs_appearances", [False, True])
-def test_a_form_field_reads_as_its_appearance_shows_it(tmp_path, needs_appearances):
+@pytest.mark.parametrize(("needs_appearances", "turn"), [
+    (False, b"1 0 0 1 0 0"), (True, b"1 0 0 1 0 0"),
+    # a field turned on its page (/MK /R 90, 270, 180), its text drawn turned: each glyph read as a line of its own,
+    # from the page's top ("0 0 . 0 0 0 , 1 $"); it reads along the line it is drawn on
+    (False, b"0 1 -1 0 18 0"), (False, b"0 -1 1 0 0 18"), (False, b"-1 0 0 -1 150 18")])
+def test_a_form_field_reads_as_its_appearance_shows_it(tmp_path, needs_appearances, turn):
     """A field's value read as stored ("1000", "20261207") where the program that filled it in drew it otherwise
     (its appearance stream: "$1,000.00", "07 Dec 2026"): it reads as drawn, unless the form asks viewers to draw
     their own appearances (/NeedAppearances), which then show the value; a field with no appearance reads its value."""
     labels = [(700, "Fee:"), (670, "Date:"), (640, "Name:")]
     text = b" ".join(b"BT /F1 10 Tf 72 %d Td (%s) Tj ET" % (y, label.encode()) for y, label in labels)
-    drawn = [b"/Tx BMC BT /F1 10 Tf 0 g 2 5 Td (%s) Tj ET EMC" % shown for shown in (b"$1,000.00", b"07 Dec 2026")]
+    drawn = [b"/Tx BMC q %s cm BT /F1 10 Tf 0 g 2 5 Td (%s) Tj ET Q EMC" % (turn, shown)
+             for shown in (b"$1,000.00", b"07 Dec 2026")]
     widget = b"<< /Type /Annot /Subtype /Widget /FT /Tx /DA (/Helv 10 Tf 0 g) "
     path = pdf_of_objects(tmp_path / "form.pdf", [
         b"<< /Type /Catalog /Pages 2 0 R /AcroForm << /Fields [6 0 R 7 0 R 8 0 R] /NeedAppearances %s >> >>"
