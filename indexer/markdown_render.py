@@ -196,6 +196,8 @@ def _admonition(state: Any, start_line: int, end_line: int, silent: bool) -> boo
     title = found.group(1).split()[0].capitalize() if found.group(2) is None else found.group(2).strip()
     opened = state.push("admonition_open", "div", 1)
     opened.attrs, opened.map = {"class": f"admonition {found.group(1)}"}, [start_line, last]
+    if state.level >= state.md.options.maxNesting:  # left empty, as a quote is there: ``markdown_parts`` reads
+        title = ""  # its lines again, its title with them (pushed here, it left its body unread)
     if title:
         state.push("paragraph_open", "p", 1).map = [start_line, start_line + 1]
         inline = state.push("inline", "", 0)

@@ -268,6 +268,13 @@ def test_an_mkdocs_admonition_reads_its_title_then_its_body():
         "Back up first.", "!!! Wow, not an admonition"]
 
 
+def test_admonitions_nested_past_the_limit_read_every_title_and_body():
+    """markdown-it reads no deeper than its nesting limit; an admonition nested past it (with its title, as most
+    are) lost its body and every admonition in it, "body 99" on. Each reads, in order, as quotes nested so deep do."""
+    source = "".join(f"{'    ' * i}!!! note \"T{i}\"\n{'    ' * (i + 1)}body {i}\n\n" for i in range(150))
+    assert extract_markdown(source).paragraphs == [text for i in range(150) for text in (f"T{i}", f"body {i}")]
+
+
 def test_a_task_list_item_reads_its_box_and_its_text():
     """GitHub shows a task list item's mark ("- [ ] buy milk") as a check box: it reads as one, "☐ buy milk" (to
     do) or "☒ write code" (done), not as the brackets written; brackets outside a list item, or with no text after
