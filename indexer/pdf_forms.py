@@ -136,9 +136,20 @@ def formatted(value: str, script: str) -> str:
         return _grouped(number * 100, first, separators) + "%"
     negative, style = number < 0, int(found.group(4) or 0)
     shown = _grouped(abs(number), first, separators)
-    currency = bytes(found.group(6) or "", "utf-8").decode("unicode_escape", "replace") if found.group(6) else ""
+    currency = _JS_ESCAPE.sub(_unescaped, found.group(6) or "")
     shown = currency + shown if found.group(7) != "false" else shown + currency
     return f"({shown})" if negative and style in (2, 3) else f"-{shown}" if negative else shown
+
+
+# an escape in a JavaScript string: "\\u20AC" (€), "\\xA3" (£), or a character escaped ("\\"" is '"')
+_JS_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|x([0-9a-fA-F]{2})|(.))", re.S)
+
+
+def _unescaped(escape: re.Match[str]) -> str:
+    """The character a JavaScript string's escape (``_JS_ESCAPE``) stands for: a currency written as it is shows as
+    written ("€", "Kč"; decoded as escapes, its UTF-8 bytes read "â\\x82¬")."""
+    code = escape.group(1) or escape.group(2)
+    return chr(int(code, 16)) if code else {"n": "\n", "r": "\r", "t": "\t"}.get(escape.group(3), escape.group(3))
 
 
 def _number(value: str, point: str) -> Decimal | None:
