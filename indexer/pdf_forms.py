@@ -37,7 +37,7 @@ _MOST_GLYPHS = 4096  # the glyphs of a field's appearance read for its text: an 
 _MOST_SCRIPT = 4096  # the characters of a field's format action read for the formatting it calls
 # a format action's call of Acrobat's number, percent and special formats, with its arguments
 _FORMAT = re.compile(r'\b(AFNumber|AFPercent|AFSpecial)_Format\s*\(\s*(\d{1,2})\s*(?:,\s*(\d)\s*,\s*(\d)\s*,\s*(\d)'
-                     r'\s*,\s*"((?:[^"\\]|\\.){0,16})"\s*,\s*(true|false)\s*)?(?:,\s*\d\s*(?:,\s*(true|false)\s*)?)?\)')
+                     r'\s*,\s*"((?:[^"\\]|\\.){0,16})"\s*,\s*(true|false)\s*)?(?:,\s*(\d)\s*(?:,\s*(true|false)\s*)?)?\)')
 # the separators of AFNumber_Format's sepStyle: thousands and decimal ("1,234.56", "1234.56", "1.234,56",
 # "1234,56", "1'234.56")
 _SEPARATORS = {0: (",", "."), 1: ("", "."), 2: (".", ","), 3: ("", ","), 4: ("'", ".")}
@@ -120,7 +120,7 @@ def formatted(value: str, script: str) -> str:
     """A text field's ``value`` as its format action's ``script`` shows it: Acrobat's AFNumber_Format(decimals,
     separators, negative style, currency style, currency, currency first) ("1000" shows "$1,000.00"; a negative
     number shown in red reads with its minus sign, one in parentheses in them), AFPercent_Format(decimals,
-    separators) ("0.25" shows "25.00%") and AFSpecial_Format (0: a ZIP code, 1: ZIP+4, 2: a telephone number, 3: a
+    separators, percent sign first) ("0.25" shows "25.00%") and AFSpecial_Format (0: a ZIP code, 1: ZIP+4, 2: a telephone number, 3: a
     social security number); as stored where it calls none of them, or the value is not one it formats."""
     found = _FORMAT.search(script) if value.strip() else None
     if found is None:
@@ -128,12 +128,14 @@ def formatted(value: str, script: str) -> str:
     kind, first = found.group(1), int(found.group(2))
     if kind == "AFSpecial":
         return _special(value, first)
-    separators = _SEPARATORS.get(int(found.group(3) or 0), _SEPARATORS[0])
+    # (its separators: the second of AFNumber_Format's six arguments, or of AFPercent_Format's two or three)
+    separators = _SEPARATORS.get(int(found.group(3) or found.group(8) or 0), _SEPARATORS[0])
     number = _number(value, separators[1])
     if number is None:
         return value
-    if kind == "AFPercent":
-        return _grouped(number * 100, first, separators) + "%"
+    if kind == "AFPercent":  # (its third argument: the percent sign first)
+        percent = _grouped(number * 100, first, separators)
+        return f"%{percent}" if found.group(9) == "true" else f"{percent}%"
     negative, style = number < 0, int(found.group(4) or 0)
     shown = _grouped(abs(number), first, separators)
     currency = _JS_ESCAPE.sub(_unescaped, found.group(6) or "")

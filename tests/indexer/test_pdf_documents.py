@@ -1303,8 +1303,10 @@ def test_a_form_field_reads_as_its_format_action_shows_it(tmp_path):
     """A field's value read as stored ("1000") where a viewer shows it formatted by the field's format action
     ("$1,000.00"): it reads as shown, for Acrobat's number, percent and special formats; a value that is no number
     reads as stored. A currency written as it is ("€", byte 0xA0 in PDFDocEncoding), not as an escape, reads as
-    written (it read "â\x82¬")."""
-    labels = [(700, "Fee:"), (670, "Share:"), (640, "Phone:"), (610, "Refund:"), (580, "Berth:"), (550, "Toll:")]
+    written (it read "â\x82¬"); a percent format's separators and sign read as it sets them, "%1.234,6" (they read
+    "1,234.6%")."""
+    labels = [(700, "Fee:"), (670, "Share:"), (640, "Phone:"), (610, "Refund:"), (580, "Berth:"), (550, "Toll:"),
+              (520, "Rate:")]
     text = b" ".join(b"BT /F1 10 Tf 72 %d Td (%s) Tj ET" % (y, label.encode()) for y, label in labels)
     widget = b"<< /Type /Annot /Subtype /Widget /FT /Tx /DA (/Helv 10 Tf 0 g) "
     script = b"/AA << /F << /S /JavaScript /JS (%s) >> >>"
@@ -1316,6 +1318,7 @@ def test_a_form_field_reads_as_its_format_action_shows_it(tmp_path):
                  + script % b'AFNumber_Format(2, 2, 2, 0, " EUR", false);' + b">>",
         widget + b"/V (B12) /Rect [150 575 300 593] " + script % b'AFNumber_Format(0, 0, 0, 0, "", true);' + b">>",
         widget + b"/V (1000) /Rect [150 545 300 563] " + script % b'AFNumber_Format(0, 0, 0, 0, " \xa0", false);' + b">>",
+        widget + b"/V (12.3455) /Rect [150 515 300 533] " + script % b"AFPercent_Format(1, 2, true);" + b">>",
     ]
     refs = b" ".join(b"%d 0 R" % n for n in range(6, 6 + len(fields)))
     path = pdf_of_objects(tmp_path / "form.pdf", [
@@ -1328,7 +1331,8 @@ def test_a_form_field_reads_as_its_format_action_shows_it(tmp_path):
         *fields,
     ])
     assert extract_pdf(path).paragraphs == ["Fee: $1,000.00", "Share: 25.5%", "Phone: (555) 123-4567",
-                                            "Refund: (1.234.567,50 EUR)", "Berth: B12", "Toll: 1,000 \u20ac"]
+                                            "Refund: (1.234.567,50 EUR)", "Berth: B12", "Toll: 1,000 \u20ac",
+                                            "Rate: %1.234,6"]
 
 
 @pytest.mark.parametrize(("needs_appearances", "turn"), [
