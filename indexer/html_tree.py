@@ -31,8 +31,9 @@ TABLE = {"table", "thead", "tbody", "tfoot", "tr"}  # a table's structure: rows 
 
 def one_line(text: str) -> str:
     """Text as one line: whitespace runs become one space, soft hyphens (``&shy;``: a hyphen shown only where a line
-    breaks there) are dropped, as a PDF's are, and text a <bdo> lays out (``OVERRIDES``) reads as shown."""
-    return overrides_read(" ".join(text.replace("\u00ad", "").split()))
+    breaks there) are dropped, as a PDF's are, and text a <bdo> lays out (``OVERRIDES``) reads as shown (its spaces
+    made one again: a space before the override that ends it and one after it met where the text was reversed)."""
+    return " ".join(overrides_read(" ".join(text.replace("\u00ad", "").split())).split())
 
 
 # an inline style that hides an element: "display: none" ("display:none !important")

@@ -45,6 +45,7 @@ def test_a_bdo_in_a_bdo_leaves_the_page_s_later_ones_read_as_shown():
     ("a (b) <bdo dir=ltr>c (d)</bdo>", "c (d) (b) a"),  # (was "(d) c (b) a")
     ("abc <bdo dir=rtl>xyz</bdo> def", "fed zyx cba"),  # a right-to-left one in it is reversed with it
     ("abc <bdo>xyz</bdo> def", "fed zyx cba"),  # one of no direction lays nothing out of its own
+    ("abc def ", "fed cba"),  # a space at its end, met by the one after it, is one space (Markdown's HTML read two)
 ])
 def test_a_bdo_inside_a_bdo_reads_as_a_browser_shows_it(inner, expected):
     """Unicode's bidirectional algorithm, as a browser applies it to nested <bdo> elements: a page's main content,
