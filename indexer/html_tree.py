@@ -24,6 +24,12 @@ from spanseek.indexer.markdown_render import TASK_MARKS
 from spanseek.indexer.pdf_blocks import LTR_OVERRIDE, POP_OVERRIDE, RTL_OVERRIDE, overrides_read
 from spanseek.indexer.word_numbering import roman
 
+# Elements that end a paragraph where they start and where they end (and a line a <bdo> lays out: ``_bdo_as_shown``).
+BLOCK = {
+    "p", "div", "section", "article", "main", "header", "footer", "nav", "aside", "li", "ul", "ol", "dl", "dt",
+    "dd", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "blockquote", "table", "thead", "tbody", "tr", "caption",
+    "br", "hr", "figure", "figcaption", "form", "address", "details", "summary", "body", "html",
+}
 CELL = {"td", "th"}  # a table cell: its text is one of its row's cells
 ROW_GROUPS = {"thead", "tbody", "tfoot"}  # a table's parts that hold rows
 TABLE = {"table", "thead", "tbody", "tfoot", "tr"}  # a table's structure: rows end where these start and end
@@ -340,11 +346,18 @@ def _pre_as_code(tree: Any) -> None:
         code.extend(child for child in list(pre) if child is not code)
 
 
+# elements that hold no text (their text is never shown)
+_EMPTY = {"br", "hr", "img", "input", "wbr"}
+
+
 def _bdo_as_shown(tree: Any) -> None:
-    """Each <bdo>'s text as a reader reads it (``pdf_blocks.overrides_read``), its lines as <br> breaks them, before
-    trafilatura reads the page: a <bdo> inside it (its own direction) is marked with its override, so it is laid out
-    as a browser lays it out. One inside another is read with it, from the outer one (listed first: removed while
-    the tree was walked, a <bdo> in a <bdo> ended the walk, the page's later ones left backwards)."""
+    """Each <bdo>'s text as a reader reads it (``pdf_blocks.overrides_read``), before trafilatura reads the page,
+    each line laid out on its own (a <br>, a <pre>'s line end and each block in it, ``BLOCK``, start one): a <bdo>
+    inside it (its own direction) is marked with its override, so it is laid out as a browser lays it out. Each
+    line's text is set in the first text of the line, the rest emptied: the elements stay, the blocks' paragraphs
+    and headings too (the <bdo>'s text was made one line: "<p>cba</p><p>fed</p>" read "defabc"). One inside
+    another is read with it, from the outer one (listed first: removed while the tree was walked, a <bdo> in a <bdo>
+    ended the walk, the page's later ones left backwards)."""
     from lxml import etree
 
     inside: set[Any] = set()
@@ -352,28 +365,31 @@ def _bdo_as_shown(tree: Any) -> None:
         if bdo in inside:
             continue
         marked: list[str] = []
-        # the <pre> elements it is in: a line of a <pre> is a line as a <br> starts one (and its text stays text)
-        in_pre = any(up.tag == "pre" for up in bdo.iterancestors())
-        pre = int(in_pre)
+        slots: list[tuple[Any, str, int, int]] = []  # each text and tail in it: its element, which, its lines
+        pre, line = int(any(up.tag == "pre" for up in bdo.iterancestors())), 0
         for event, el in etree.iterwalk(bdo, events=("start", "end")):
-            if event == "start":
-                inside.add(el)
-                pre += el.tag == "pre"
-                marked.append((bdo_override(el.attrib) if el.tag == "bdo" else "") + _spaced(el.text, pre > 0) + (
-                    "\n" if el.tag == "br" else ""))
-            else:
-                pre -= el.tag == "pre"
-                marked.append((POP_OVERRIDE if el.tag == "bdo" and bdo_override(el.attrib) else "") + (
-                    _spaced(el.tail, pre > 0) if el is not bdo else ""))
+            start, override = event == "start", bdo_override(el.attrib) if el.tag == "bdo" else ""
+            inside.add(el)
+            pre += (el.tag == "pre") * (1 if start else -1)
+            marked.append(("\n" if el.tag in BLOCK | CELL and (start or el.tag != "br") else "") + (
+                override if start else POP_OVERRIDE if override else ""))
+            line += marked[-1].count("\n")
+            if (start and el.tag not in _EMPTY) or not (start or el is bdo):
+                which = "text" if start else "tail"
+                marked.append(_spaced(getattr(el, which), pre > 0))
+                slots.append((el, which, line, line + marked[-1].count("\n")))
+                line = slots[-1][3]
         text = "".join(marked)
         if text == overrides_read(text):
             continue
-        first, *lines = overrides_read(text).split("\n")
-        for child in list(bdo):
-            bdo.remove(child)
-        bdo.text = "\n".join([first, *lines]) if in_pre else first
-        for line in [] if in_pre else lines:
-            etree.SubElement(bdo, "br").tail = line
+        lines, taken = overrides_read(text).split("\n"), 0
+        for el, which, first, last in slots:  # each line's text in the first text on it, the others emptied
+            shown = "\n".join(lines[taken:last + 1])
+            setattr(el, which, "\n" + shown if first < taken <= last else shown)
+            taken = max(taken, last + 1)
+        for el in reversed(list(bdo.iterdescendants())):  # (an emptied link kept, trafilatura dropped its paragraph)
+            if el.tag not in BLOCK | CELL | _EMPTY and not el.text and not len(el):
+                el.drop_tree()  # (its tail stays)
 
 
 def _spaced(text: str | None, pre: bool = False) -> str:

@@ -23,6 +23,7 @@ from spanseek.indexer.front_matter import front_matter
 from spanseek.indexer.html_main import MAIN_SHARE, main_content
 from spanseek.indexer.html_tables import Table
 from spanseek.indexer.html_tree import (
+    BLOCK,
     CELL,
     SHOWN_LATER,
     TABLE,
@@ -48,12 +49,6 @@ from spanseek.indexer.pdf_blocks import (
 # (and text marked as deleted, <del>: an edit's removed text, as Word's tracked deletions are left out)
 _SKIP = {"script", "style", "noscript", "template", "svg", "canvas", "iframe", "object", "head", "del"}
 _BOILERPLATE = {"nav", "aside", "footer"}
-# Elements that end a paragraph where they start and where they end.
-_BLOCK = {
-    "p", "div", "section", "article", "main", "header", "footer", "nav", "aside", "li", "ul", "ol", "dl", "dt",
-    "dd", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "blockquote", "table", "thead", "tbody", "tr", "caption",
-    "br", "hr", "figure", "figcaption", "form", "address", "details", "summary", "body", "html",
-}
 # elements that have no end tag (nothing is inside them)
 _VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"}
 # elements a browser's parser ends where another element starts ("<p>a<p>b", "<td>a<td>b"): each with the start
@@ -61,7 +56,7 @@ _VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "me
 # its own items do not end it); where one is left open, the end of an element around it ends it ("</ul>", "</tr>")
 _CELL_ENDS = frozenset({"td", "th", "tr", "thead", "tbody", "tfoot"})
 _SELF_ENDING: dict[str, tuple[frozenset[str], frozenset[str]]] = {
-    "p": (frozenset(_BLOCK - {"br"}), frozenset()),
+    "p": (frozenset(BLOCK - {"br"}), frozenset()),
     "li": (frozenset({"li"}), frozenset({"ul", "ol", "menu"})),
     **dict.fromkeys(("dt", "dd"), (frozenset({"dt", "dd"}), frozenset({"dl"}))),
     **dict.fromkeys(("td", "th"), (_CELL_ENDS, frozenset({"table"}))),
@@ -70,7 +65,7 @@ _SELF_ENDING: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 }
 # the end tags of elements that hold blocks, items and cells: one that is not of an element open inside a hidden
 # element is of one around it, and ends it where it is left open ("<li hidden>a</ul>")
-_HOLDERS = frozenset(_BLOCK | {"menu", "select", "datalist", "optgroup", "td", "th"})
+_HOLDERS = frozenset(BLOCK | {"menu", "select", "datalist", "optgroup", "td", "th"})
 # controls a reader sees apart, side by side: tabs ("Windows", "Linux"), buttons and their labels; written with no
 # space between them, their words ran together ("WindowsLinux")
 _APART = {"button", "label"}
@@ -200,7 +195,7 @@ class _HTMLText(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         shown = not self._hidden
         if self._hide(tag, attrs):
-            if shown and tag in _BLOCK and self._cell() is None:  # a hidden block still ends the paragraph before it
+            if shown and tag in BLOCK and self._cell() is None:  # a hidden block still ends the paragraph before it
                 self._flush()
             return
         named = dict(attrs)
@@ -232,11 +227,11 @@ class _HTMLText(HTMLParser):
             self._skip.append(tag)
         elif tag in TABLE or tag in CELL:
             self._table_tag(tag, True, attrs)
-        elif tag in _BLOCK and (cell := self._cell()) is not None:  # a block in a cell: a space in its line
+        elif tag in BLOCK and (cell := self._cell()) is not None:  # a block in a cell: a space in its line
             cell.append(" ")
         elif tag == "br" and self._pre:
             self._buf.append("\n")
-        elif tag in _BLOCK:
+        elif tag in BLOCK:
             self._flush()
             if tag in _HEADINGS:
                 self._heading = tag
@@ -259,7 +254,7 @@ class _HTMLText(HTMLParser):
             if tag in self._hidden:  # close up to the matching element, as ``_skip`` does
                 del self._hidden[len(self._hidden) - 1 - self._hidden[::-1].index(tag):]
                 return
-            if tag not in _HOLDERS and self._hidden[0] in _BLOCK:
+            if tag not in _HOLDERS and self._hidden[0] in BLOCK:
                 return
             # a hidden element left open ("<li hidden>a</ul>", "<span hidden>a</p>") ends with the element around
             # it; an inline one ("<b><span hidden>a</b>") with any element around it
@@ -288,9 +283,9 @@ class _HTMLText(HTMLParser):
                 del self._skip[len(self._skip) - 1 - self._skip[::-1].index(tag):]
         elif tag in TABLE or tag in CELL:
             self._table_tag(tag, False, [])
-        elif tag in _BLOCK and (cell := self._cell()) is not None:
+        elif tag in BLOCK and (cell := self._cell()) is not None:
             cell.append(" ")
-        elif tag in _BLOCK and not (tag == "br" and self._pre):  # <br/> is a start and an end: in <pre>, a new line
+        elif tag in BLOCK and not (tag == "br" and self._pre):  # <br/> is a start and an end: in <pre>, a new line
             level = 0
             if tag in _HEADINGS and self._heading == tag:
                 text = one_line("".join(self._buf))

@@ -66,6 +66,17 @@ def test_a_line_break_in_a_bdo_lays_out_each_line_on_its_own():
     assert extract_markdown(html).paragraphs == ["Go def abc", "jkl ghi now םולש."]
 
 
+def test_blocks_in_a_bdo_keep_their_paragraphs_each_laid_out_on_its_own():
+    """A browser lays out each block in a <bdo> (a heading, a paragraph, a list item) on lines of its own. In a
+    page's main content the <bdo>'s blocks were read as one line, reversed as one: "jklghi defabcRatings". Each
+    reads as its own paragraph, reversed in its place, the heading a heading, as Markdown's HTML reads them."""
+    html = "<p>Go</p><bdo dir=rtl><h2>sgnitaR</h2><p>cba</p><ul><li>fed <b>ihg</b><li>lkj</ul></bdo><p>End.</p>"
+    expected = ["Go", "Ratings", "abc", "ghi def", "jkl", "End."]
+    read = extract_html(ARTICLE.format(html))
+    assert read.paragraphs[-6:] == extract_markdown(html).paragraphs == expected
+    assert read.paragraph_meta[-1] == {"section": "Ratings"}
+
+
 def test_a_bdo_in_a_pre_lays_out_each_of_its_lines_on_its_own():
     """A <pre>'s lines are lines as a <br> starts them: a <bdo> in one shows each reversed in its place, the code's
     lines kept. In a page's main content they were read as one line, reversed as one ("def abc"; Markdown's HTML
