@@ -170,8 +170,9 @@ class ServiceMetrics:
         self.wal_bytes = Gauge("spanseek_wal_bytes", "bytes of the write-ahead log not yet merged", registry=r)
         self.segment_documents = Gauge("spanseek_segment_documents", "documents in the live segment", registry=r)
         self.merge_due = Gauge("spanseek_merge_due", "1 while a merge of the live segment is due (the segment, the "
-                               "write log or the base's deleted documents past their merge_ settings) and has not "
-                               "committed: a merge running, failing or refused; 0 with merge_tokens 0", registry=r)
+                               "write log or the base's deleted documents past their merge_ settings): a merge running, "
+                               "failing or refused, or the writes made while the last one ran past them again; 0 "
+                               "with merge_tokens 0", registry=r)
         self.write_visible = Histogram("spanseek_write_visible_seconds", "seconds from a write's arrival until "
                                        "searches see it", buckets=WRITE_BUCKETS, registry=r)
         # a write's steps (one forward pass each) share the encoder's thread with the searches: how long each waited
