@@ -453,8 +453,10 @@ class LiveWrites:
         t0 = time.perf_counter()
         try:
             try:
+                self.metrics.merging.set(1)  # its new base takes as much disk as the base served until it commits
                 merged = self.store.merge()  # None: nothing to merge
             finally:
+                self.metrics.merging.set(0)
                 if over is not None:
                     over.set()
             if merged is not None:

@@ -173,6 +173,9 @@ class ServiceMetrics:
                                "write log or the base's deleted documents past their merge_ settings): a merge running, "
                                "failing or refused, or the writes made while the last one ran past them again; 0 "
                                "with merge_tokens 0", registry=r)
+        self.merging = Gauge("spanseek_merging", "1 while a background merge of the live segment runs (its new base "
+                             "takes as much of the live directory's disk as the base served, until it commits and "
+                             "the base before is removed)", registry=r)
         self.write_visible = Histogram("spanseek_write_visible_seconds", "seconds from a write's arrival until "
                                        "searches see it", buckets=WRITE_BUCKETS, registry=r)
         # a write's steps (one forward pass each) share the encoder's thread with the searches: how long each waited

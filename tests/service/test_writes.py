@@ -1042,6 +1042,36 @@ def test_a_merge_due_shows_until_one_commits(write_settings, monkeypatch):
         assert due(client) == "spanseek_merge_due 0.0"
 
 
+def test_a_running_merge_shows_in_spanseek_merging_until_it_ends_failed_too(write_settings, monkeypatch):
+    """spanseek_merging is 1 while a merge runs (its new base takes as much disk as the base served, which
+    SpanseekLiveDiskLow leaves alone meanwhile) and 0 once it ended, a failed one included."""
+    from spanseek.indexer import live as live_store
+
+    running, release = threading.Event(), threading.Event()
+
+    def builds_then_fails(*args, **kwargs):
+        running.set()
+        release.wait(30)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def merging(client) -> str:
+        return next(line for line in client.get("/metrics").text.splitlines() if line.startswith("spanseek_merging "))
+
+    monkeypatch.setattr(live_store, "build_merged", builds_then_fails)
+    with serving(create_app(write_settings())) as client:
+        assert merging(client) == "spanseek_merging 0.0"
+        assert client.put("/documents", headers=KEY, json={"documents": [DOC]}).status_code == 200
+        assert client.post("/admin/compact", headers=KEY).status_code == 202
+        assert running.wait(30)
+        assert merging(client) == "spanseek_merging 1.0"
+        release.set()
+        deadline = time.monotonic() + 30
+        while 'spanseek_merges_total{outcome="failed"} 1.0' not in client.get("/metrics").text:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert merging(client) == "spanseek_merging 0.0"
+
+
 def test_a_merge_logs_its_start_and_its_end(write_settings, caplog):
     """A merge runs for minutes on a large base: its start is logged (what it merges, where, the log writes go on in)
     as well as its end, so the log shows one under way; before, only its end or its failure was."""
