@@ -197,16 +197,21 @@ def verify_live(index: PhraseIndex, live: Path, problems: list[str]) -> dict[str
         return None
     for attempt in range(1, ATTEMPTS + 1):
         before = _read_or_none(live / STATE)
+        problem = None
         try:
             checked = check_live(live, index.dir)
             base = index if checked["base"] == index.dir.resolve() else PhraseIndex(checked["base"],
                                                                                    verify_checksums=False)
-            break
         except (LiveStoreError, IndexFormatError, WalError, OSError) as e:
-            if attempt < ATTEMPTS and _read_or_none(live / STATE) != before:
-                continue
-            problems.append(str(e))
+            problem = str(e)
+        # a commit meanwhile removed what the state read named: a failure, or a log not read yet that read as empty
+        # (writes counted from half of one state), so the check is made again over the new state
+        if attempt < ATTEMPTS and _read_or_none(live / STATE) != before:
+            continue
+        if problem is not None:
+            problems.append(problem)
             return {"dir": str(live), "base": None, "logs": None, "writes": None, "documents": None}
+        break
     dead = set(base.deleted_docs.tolist())
     served = {str(d["id"]) for row, d in enumerate(base.docs) if row not in dead}
     last = checked["last"]

@@ -200,6 +200,36 @@ def test_verify_checks_the_live_directory_again_when_a_merge_commits_during_it(s
     assert not report["ok"] and report["problems"] == [f"{state}: cannot be read"] and len(calls) == 1
 
 
+def test_verify_counts_a_live_directory_whose_merge_commits_while_its_logs_are_read_as_one_state(served, tmp_path,
+                                                                                                   monkeypatch):
+    """A merge that commits while verify reads the write logs removes a log it has yet to read, which reads as empty:
+    the writes and documents were counted from half of one state and half of none, and reported ok. The check is made
+    again over the new state, as a snapshot copies it again."""
+    from spanseek.indexer import snapshot
+    from spanseek.indexer.snapshot import snapshot_index
+    from spanseek.indexer.verify import verify_index
+
+    _, store, _ = served
+    snapshot_index(served[0], tmp_path / "copy")
+    live = tmp_path / "copy.live"
+    state = json.loads((live / "state.json").read_text())
+    [old] = state["wals"]
+    read_entries, commits = snapshot.read_entries, []
+
+    def committed_meanwhile(path, repair=True):
+        if not commits:  # the commit: its log holds the writes (as a merged base would), the one listed removed
+            commits.append(path)
+            shutil.copyfile(live / "wal" / old, live / "wal" / "wal-000009.jsonl")
+            (live / "state.json").write_text(json.dumps({**state, "wals": ["wal-000009.jsonl"], "merges": 9}))
+            (live / "wal" / old).unlink()
+        return read_entries(path, repair)
+
+    monkeypatch.setattr(snapshot, "read_entries", committed_meanwhile)
+    report = verify_index(tmp_path / "copy", sample=20)
+    assert report["ok"], report["problems"]
+    assert report["live"]["writes"] == 1 and report["live"]["documents"] == store.documents
+
+
 def test_a_snapshot_is_taken_again_when_a_merge_changes_the_live_directory_during_it(served, tmp_path, monkeypatch):
     from spanseek.indexer import snapshot
 
