@@ -41,7 +41,7 @@ def read_entries(path: Path, repair: bool = True) -> Iterator[dict[str, Any]]:
             entry = json.loads(line.decode("utf-8")) if end >= 0 else None
         except (UnicodeDecodeError, json.JSONDecodeError):
             entry = None
-        if entry is None or not isinstance(entry, dict) or "op" not in entry:
+        if not _is_entry(entry):
             if data.find(b"\n", end + 1 if end >= 0 else len(data)) >= 0:
                 raise WalError(f"{path}:{lineno}: not a log entry, and lines follow it: the log is damaged (restore "
                                "it, or move it away to start from the base index)")
@@ -52,6 +52,17 @@ def read_entries(path: Path, repair: bool = True) -> Iterator[dict[str, Any]]:
             return
         yield entry
         pos = end + 1
+
+
+def _is_entry(entry: Any) -> bool:
+    """Whether a line's JSON is a log entry: an upsert of documents (objects with an id) or a delete of ids; what a
+    start (and ``entry_ids``) reads of it is there."""
+    if not isinstance(entry, dict):
+        return False
+    if entry.get("op") == "upsert":
+        docs = entry.get("docs")
+        return isinstance(docs, list) and all(isinstance(d, dict) and "id" in d for d in docs)
+    return entry.get("op") == "delete" and isinstance(entry.get("ids"), list)
 
 
 def entry_ids(entry: dict[str, Any]) -> list[str]:

@@ -230,6 +230,24 @@ def test_verify_counts_a_live_directory_whose_merge_commits_while_its_logs_are_r
     assert report["live"]["writes"] == 1 and report["live"]["documents"] == store.documents
 
 
+def test_verify_names_a_log_line_that_is_json_but_no_write(served, tmp_path, capsys):
+    """A log line that is JSON with an op but not the write it names (an upsert without its documents, a delete
+    without its ids) is damage named by file and line, as any other line that is no log entry; `index verify` (and a
+    snapshot, a start) ended with a KeyError traceback."""
+    from spanseek.cli import main
+    from spanseek.indexer.snapshot import snapshot_index
+
+    snapshot_index(served[0], tmp_path / "copy")
+    live = tmp_path / "copy.live"
+    log = live / "wal" / json.loads((live / "state.json").read_text())["wals"][0]
+    good = log.read_bytes()
+    for bad in (b'{"op": "upsert"}', b'{"op": "upsert", "docs": [3]}', b'{"op": "delete", "ids": 5}'):
+        log.write_bytes(bad + b"\n" + good)
+        assert main(["index", "verify", str(tmp_path / "copy"), "--sample", "20"]) == 1
+        problems = json.loads(capsys.readouterr().out)["problems"]
+        assert len(problems) == 1 and problems[0].startswith(f"{log}:1: not a log entry, and lines follow it"), bad
+
+
 def test_a_snapshot_is_taken_again_when_a_merge_changes_the_live_directory_during_it(served, tmp_path, monkeypatch):
     from spanseek.indexer import snapshot
 
