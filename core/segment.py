@@ -168,10 +168,7 @@ def empty_like(index: Any) -> Any:
     them, and an id map takes no rows without ids."""
     import faiss
 
-    inner = faiss.downcast_index(index)
-    if isinstance(inner, faiss.IndexIDMap | faiss.IndexIDMap2):
-        inner = faiss.downcast_index(inner.index)
-        index = inner
+    index = inner = unmapped(index)
     empty: Any
     if isinstance(inner, faiss.IndexFlat):
         empty = faiss.IndexFlat(inner.d, inner.metric_type)
@@ -179,6 +176,15 @@ def empty_like(index: Any) -> Any:
         empty = faiss.clone_index(index)  # once per base: the copy of its lists is dropped at once
         empty.reset()
     return empty
+
+
+def unmapped(index: Any) -> Any:
+    """``index`` behind its id map (``IDMap,...``: the index holding the vectors and codes), downcast: what the
+    segment copies, encodes with and fills; ``index`` itself (downcast) without one."""
+    import faiss
+
+    index = faiss.downcast_index(index)
+    return faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap | faiss.IndexIDMap2) else index
 
 
 @dataclass(frozen=True)
@@ -218,8 +224,9 @@ def written_parts(doc: EncodedDocument, index: Any, keep_codes: bool) -> Written
     made = doc.__dict__.get("_written_parts")
     if made is not None and made[0]() is index:
         return made[1]
-    by_codes = _filled_by_codes(index) is not None
-    codes = (index.sa_encode(as_float32(doc.vectors).reshape(len(doc.vectors), index.d)) if keep_codes or by_codes
+    codec = unmapped(index)  # (an id map encodes nothing itself)
+    by_codes = _filled_by_codes(codec) is not None
+    codes = (codec.sa_encode(as_float32(doc.vectors).reshape(len(doc.vectors), codec.d)) if keep_codes or by_codes
              else None)
     parts = WrittenParts(np.ascontiguousarray(codes[doc.kept]) if by_codes else None,  # type: ignore[index]
                          codes if keep_codes else None)

@@ -909,7 +909,7 @@ def test_a_base_behind_an_id_map_takes_writes_and_searches_as_the_plain_one(tmp_
     too (its segment's faiss index was a copy of the id map, which takes no rows without ids: the first search after
     a write failed)."""
     from spanseek.core.loading import open_searcher
-    from spanseek.core.segment import SegmentedFaiss, searcher_over
+    from spanseek.core.segment import SegmentedFaiss
     from spanseek.indexer.build import BuildOptions, build_index
 
     monkeypatch.setattr(SegmentedFaiss, "flat_parts", lambda self: None)  # (ties in the order faiss merges them)
@@ -917,12 +917,7 @@ def test_a_base_behind_an_id_map_takes_writes_and_searches_as_the_plain_one(tmp_
     build_index(tiny_corpus, tiny_model_dir, tmp_path / "idmap",
                 BuildOptions(factory="IDMap,Flat", shard_passages=7, progress=False, precision="fp32", gpu=False))
     mapped = open_searcher(tmp_path / "idmap", tiny_model_dir, device="cpu", precision="fp32")
-    flt = SearchFilter.from_json({"must_not": [{"doc_ids": ["n1"]}]})
-    pairs = list(zip(snapshots(mapped.index, encoder), snapshots(tiny_searcher.index, encoder), strict=True))
-    for at, (snap, plain) in enumerate(pairs):
-        for unit, f in [(u, None) for u in UNITS] + ([("doc", flt)] if at == len(pairs) - 1 else []):
-            assert (hits_of(searcher_over(mapped, snap), unit, "dense", f)
-                    == hits_of(searcher_over(tiny_searcher, plain), unit, "dense", f)), (at, unit, f)
+    snapshots_search_alike(mapped, tiny_searcher, encoder)
 
 
 def test_a_filtered_faiss_search_of_each_snapshot_returns_the_best_allowed_tokens(pq_searcher, encoder, monkeypatch):
@@ -954,3 +949,36 @@ def test_a_filtered_faiss_search_of_each_snapshot_returns_the_best_allowed_token
             np.testing.assert_array_equal(np.sort(dist[row]), np.sort(all_dist[row][np.isin(all_ids[row], want)]))
     n = len(base.token_passage)  # the base's map at most once (an earlier search may have made it), else segments'
     assert made.count(n) <= 1 and max(m for m in made if m != n) < len(snap.faiss.segment_ids) + 1
+
+
+def test_an_ivf_base_behind_an_id_map_takes_writes_and_searches_as_the_plain_one(tmp_path, tiny_corpus,
+                                                                               tiny_model_dir, encoder):
+    """An IVF index built behind an id map (``--factory IDMap,IVF4,Flat``) takes writes: each snapshot over it
+    searches as the same snapshot over the IVF index inside the map (which numbers the tokens as the map does), with
+    a filter too (a written document's codes were asked of the id map, which encodes nothing, and the segment filled
+    with float vectors taken for codes: the first search after a write failed)."""
+    import faiss
+
+    from spanseek.core.loading import open_searcher
+    from spanseek.indexer.build import BuildOptions, build_index
+
+    build_index(tiny_corpus, tiny_model_dir, tmp_path / "idmap",
+                BuildOptions(factory="IDMap,IVF4,Flat", shard_passages=7, progress=False, precision="fp32", gpu=False))
+    mapped, plain = (open_searcher(tmp_path / "idmap", tiny_model_dir, device="cpu", precision="fp32") for _ in "ab")
+    id_map = plain.index.faiss  # (owns the IVF index below: kept alive here)
+    assert np.array_equal(faiss.vector_to_array(id_map.id_map), np.arange(id_map.ntotal))
+    plain.index.faiss = faiss.downcast_index(id_map.index)
+    snapshots_search_alike(mapped, plain, encoder)
+
+
+def snapshots_search_alike(mapped, plain, encoder) -> None:
+    """Each of ``snapshots`` over ``mapped``'s index gives the dense hits, every unit (and the last with a filter),
+    of the same snapshot over ``plain``'s."""
+    from spanseek.core.segment import searcher_over
+
+    flt = SearchFilter.from_json({"must_not": [{"doc_ids": ["n1"]}]})
+    pairs = list(zip(snapshots(mapped.index, encoder), snapshots(plain.index, encoder), strict=True))
+    for at, (snap, same) in enumerate(pairs):
+        for unit, f in [(u, None) for u in UNITS] + ([("doc", flt)] if at == len(pairs) - 1 else []):
+            assert (hits_of(searcher_over(mapped, snap), unit, "dense", f)
+                    == hits_of(searcher_over(plain, same), unit, "dense", f)), (at, unit, f)
