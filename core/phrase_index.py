@@ -631,7 +631,8 @@ class PhraseIndex:
 def faiss_search_parameters(index: Any, nprobe: int, selector: Any = None) -> Any:
     """SearchParametersIVF(nprobe) (or plain SearchParameters for a flat index) with ``selector`` as its ``sel``,
     wrapped as the index's layers need: a pre-transform (OPQ) takes its inner index's parameters in
-    SearchParametersPreTransform; id maps pass theirs through (faiss translates the selector's ids)."""
+    SearchParametersPreTransform; an id map's inner index is given ``selector`` behind the map's translation of its
+    row numbers to the ids ``selector`` reads (token ids)."""
     import faiss
 
     index = faiss.downcast_index(index)
@@ -643,7 +644,14 @@ def faiss_search_parameters(index: Any, nprobe: int, selector: Any = None) -> An
         params.referenced_objects = [inner]  # the C++ side holds a bare pointer: keep the Python object alive
         return params
     if isinstance(index, faiss.IndexIDMap | faiss.IndexIDMap2):
-        return faiss_search_parameters(index.index, nprobe, selector)
+        # faiss translates a selector's ids itself unless the selector is an IDSelectorTranslated, which it takes to
+        # read row numbers already (core.selection's selectors are: token id -> passage), so translate here
+        id_map: Any = index.id_map  # (a faiss Int64Vector, which faiss's type stubs do not list here)
+        translated = None if selector is None else faiss.IDSelectorTranslated(id_map, selector)
+        params = faiss_search_parameters(index.index, nprobe, translated)
+        if translated is not None:
+            params.referenced_objects = [translated, selector]
+        return params
     if ivf_of(index) is not None:
         params = faiss.SearchParametersIVF()
         params.nprobe = nprobe  # its default is 1, not the index's: always set
