@@ -135,13 +135,19 @@ class Windows:
 
 
 def make_windows(tokenizer, config: ReaderConfig, questions: list[str], passages: list[str]) -> Windows:
-    """Tokenise pairs into windows of at most ``max_len`` tokens, long passages in strided windows."""
+    """Tokenise pairs into windows of at most ``max_len`` tokens, long passages in strided windows. Text that spells
+    a special token ("[SEP]", "[CLS]", "[PAD]") is read as text: a question or passage holding one would otherwise
+    put a separator or padding token inside the pair."""
     if not questions:
         return Windows([], np.zeros(0, np.int64), [], None)
-    q_ids = tokenizer(questions, add_special_tokens=False, truncation=True, max_length=config.max_query_len)
-    questions = tokenizer.batch_decode(q_ids["input_ids"])  # truncated questions, so the pair budget holds
+    q_ids = tokenizer(questions, add_special_tokens=False, truncation=True, max_length=config.max_query_len,
+                      return_offsets_mapping=True, split_special_tokens=True)
+    # each question cut after its last token kept, so the pair budget holds (decoded ids would spell a character
+    # the vocabulary lacks, an emoji, as the text "[UNK]")
+    questions = [q[: off[-1][1]] if off else "" for q, off in zip(questions, q_ids["offset_mapping"], strict=True)]
     enc = tokenizer(questions, passages, truncation="only_second", max_length=config.max_len, stride=config.stride,
-                    return_overflowing_tokens=True, return_offsets_mapping=True, padding=False)
+                    return_overflowing_tokens=True, return_offsets_mapping=True, padding=False,
+                    split_special_tokens=True)
     uses_types = "token_type_ids" in tokenizer.model_input_names
     ids, offsets, types = [], [], []
     for w in range(len(enc["input_ids"])):

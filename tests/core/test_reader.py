@@ -123,6 +123,27 @@ def test_a_passage_that_fits_reads_the_same_in_strided_windows(tiny_reader):
     np.testing.assert_allclose([s.score for s in a], [s.score for s in b], rtol=1e-4, atol=1e-4)
 
 
+def test_text_that_spells_a_special_token_is_read_as_text(tiny_reader):
+    """A question or passage holding "[SEP]" or "[PAD]" is read as the words it spells, not as a separator or padding
+    inside the pair: its windows are those of the same text with the brackets spaced apart."""
+    reader = PassageReader.load(tiny_reader)
+    tok = reader.tokenizer
+    spelt = make_windows(tok, reader.config, ["[CLS] who [SEP] built [PAD] it? [MASK]"],
+                         ["The castle [SEP] was built by [PAD] King Borin [UNK] in 1340."])
+    spaced = make_windows(tok, reader.config, ["[ CLS ] who [ SEP ] built [ PAD ] it? [ MASK ]"],
+                          ["The castle [ SEP ] was built by [ PAD ] King Borin [ UNK ] in 1340."])
+    assert [ids.tolist() for ids in spelt.ids] == [ids.tolist() for ids in spaced.ids]
+    special = {tok.cls_token_id, tok.sep_token_id, tok.pad_token_id, tok.mask_token_id, tok.unk_token_id}
+    for ids in spelt.ids:  # only the pair's own [CLS] and two [SEP]s
+        assert [i for i in ids.tolist() if i in special] == [tok.cls_token_id, tok.sep_token_id, tok.sep_token_id]
+    # a character the vocabulary lacks is still its unknown token, and a long question is cut to max_query_len tokens
+    [ids] = make_windows(tok, reader.config, ["who \U0001f642 built it?"], ["The castle \U0001f642."]).ids
+    assert [i for i in ids.tolist() if i in special] == [tok.cls_token_id, tok.unk_token_id, tok.sep_token_id,
+                                                         tok.unk_token_id, tok.sep_token_id]
+    [ids] = make_windows(tok, reader.config, ["[SEP] who " * 40], ["The castle."]).ids
+    assert ids.tolist().index(tok.sep_token_id) == 1 + reader.config.max_query_len
+
+
 def test_long_passages_read_in_windows_give_the_best_span_over_them(tiny_reader):
     reader = reader_with(tiny_reader, max_len=40, stride=8)
     question = "who rebuilt the tower?"
