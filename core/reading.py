@@ -36,7 +36,8 @@ from spanseek.core.reader import PassageReader, ReadSpan
 
 READING_NAME = "reading.json"
 READING_VERSION = 2
-RECENT_READS = 4096  # (question, passage) pairs whose spans a stage remembers (evaluation reads a pair per unit)
+RECENT_READS = 4096  # (question, passage) pairs whose spans a stage remembers, the least recently read forgotten
+# first (evaluation reads a pair per unit; a service, the questions asked again and again)
 READ_FEATURES = ("reader", "reader_margin", "answer_mass", "agreement", "retrieval_z", "retrieval_rank",
                  "reader_null")
 # version 1 files were fitted before ``reader_null``: read as version 2 with that feature's weight 0
@@ -180,8 +181,9 @@ class ReadingStage:
         pairs = [(b, r) for b, hits in enumerate(retrieved) for r in range(min(depth, len(hits)))]
         windows = [self.window(retrieved[b][r]) for b, r in pairs]
         keys = [(questions[b], text, k, max_answer_tokens) for (b, _), (_, text) in zip(pairs, windows, strict=True)]
-        with self._lock:
-            spans = {key: self._recent[key] for key in keys if key in self._recent}
+        with self._lock:  # a pair read again is the last to be forgotten (its entry moved to the end)
+            spans = {key: self._recent.pop(key) for key in dict.fromkeys(keys) if key in self._recent}
+            self._recent |= spans
         todo = list(dict.fromkeys(key for key in keys if key not in spans))
         if todo:
             spans |= dict(zip(todo, self.reader.read([q for q, *_ in todo], [p for _, p, *_ in todo], k=k,

@@ -578,3 +578,25 @@ def test_a_read_span_never_crosses_a_paragraph_break(tmp_path, tiny_model_dir, t
     k = searcher.reading.reading.spans_per_passage
     raw = searcher.reading.reader.read(questions * len(paragraphs), [p for p in paragraphs for _ in questions], k=k)
     assert any("\n\n" in s.text for spans in raw for s in spans)  # the reader reads such spans: they were dropped
+
+
+def test_a_pair_read_again_and_again_stays_remembered(monkeypatch):
+    """The reads a stage remembers forget the least recently read pair first: a question asked again and again is
+    not read again however many other pairs were read since it was first read."""
+    from spanseek.core import reading as reading_module
+    from spanseek.core.params import Hit
+    from spanseek.core.reader import ReadSpan
+
+    read: list[str] = []
+
+    class CountingReader:
+        def read(self, questions, passages, k=1, max_answer_tokens=None):
+            read.extend(questions)
+            return [[ReadSpan(0, 0, 3, p[:3], 1.0)] for p in passages]
+
+    monkeypatch.setattr(reading_module, "RECENT_READS", 3)
+    stage = ReadingStage(CountingReader(), Reading(3, 1, {}), None)
+    passage = [Hit("The", 1.0, 0, 3, 0, "The castle of Alba.", "d", "t")]
+    for question in ["asked often", "a", "asked often", "b", "asked often", "c", "d", "asked often"]:
+        stage.candidates([question], [passage], 1)
+    assert read == ["asked often", "a", "b", "c", "d"]
