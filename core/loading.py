@@ -187,7 +187,7 @@ def reopen_searcher(index_dir: str | Path, model: str | Path, encoder: QuestionE
     cache_bytes = current.selection_cache_bytes if current is not None else SELECTION_CACHE_BYTES
     reading = None  # the current searcher's reader, over the new index's passages
     if current is not None and current.reading is not None:
-        reading = ReadingStage(current.reading.reader, current.reading.reading, HitBuilder(index))
+        reading = current.reading.over(HitBuilder(index))
     return Searcher(index, encoder, calibrator=load_calibrator(model_dir, model_fingerprint(model_dir)),
                     on_device=search_placement(index, search_device, str(model_device(encoder.model))),
                     reading=reading, selection_cache_bytes=cache_bytes,

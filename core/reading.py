@@ -164,6 +164,14 @@ class ReadingStage:
         self._recent: dict[tuple[str, str, int, int | None], list[ReadSpan]] = {}  # (question, passage, k, limit)
         self._lock = threading.Lock()
 
+    def over(self, hits: HitBuilder) -> ReadingStage:
+        """This stage over another index's passages (``hits``: a live index's next version, a reloaded index),
+        sharing its reader and the reads it remembers: they are keyed by the text read, so a replaced passage's new
+        text is read anew and a deleted one is never retrieved."""
+        stage = ReadingStage(self.reader, self.reading, hits)
+        stage._recent, stage._lock = self._recent, self._lock
+        return stage
+
     def read_depth(self, plan: Plan) -> int:
         """How many units of each question are read."""
         return plan.params.read_passages or self.reading.read_passages

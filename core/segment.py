@@ -66,7 +66,6 @@ from spanseek.core.phrase_index import (
     faiss_search_parameters,
     passage_record,
 )
-from spanseek.core.reading import ReadingStage
 from spanseek.core.search import Searcher
 from spanseek.core.selection import int64_vector
 
@@ -436,7 +435,7 @@ def searcher_over(searcher: Searcher, index: PhraseIndex) -> Searcher:
     the search runs on the CPU (a device copy of the base does not hold the segment)."""
     reading = searcher.reading
     if reading is not None:
-        reading = ReadingStage(reading.reader, reading.reading, HitBuilder(index))
+        reading = reading.over(HitBuilder(index))
     out = Searcher(index, searcher.encoder, searcher.max_answer_tokens, searcher.vector_source, searcher.length_bias,
                    searcher.calibrator, None, reading, searcher.selection_cache_bytes,
                    searcher.pager.unanswerable_prior)

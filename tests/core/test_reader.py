@@ -600,3 +600,19 @@ def test_a_pair_read_again_and_again_stays_remembered(monkeypatch):
     for question in ["asked often", "a", "asked often", "b", "asked often", "c", "d", "asked often"]:
         stage.candidates([question], [passage], 1)
     assert read == ["asked often", "a", "b", "c", "d"]
+
+
+def test_a_searcher_over_the_next_index_version_remembers_the_reads_of_the_last(reading_searcher, monkeypatch):
+    """A live index's next version (a write) and a reloaded index share the reads remembered: the same question over
+    the same passage text is not read again, and reads as before."""
+    from spanseek.core.segment import searcher_over
+
+    reader = reading_searcher.reading.reader
+    pairs: list[str] = []
+    read = reader.read
+    monkeypatch.setattr(reader, "read", lambda q, p, **kw: pairs.extend(q) or read(q, p, **kw))
+    params = SearchParams(unit="passage", top_k=2, mode="dense", read=True, read_passages=2)
+    before = reading_searcher.search(QUESTIONS[:1], params)
+    assert len(pairs) == 2
+    after = searcher_over(reading_searcher, reading_searcher.index).search(QUESTIONS[:1], params)
+    assert len(pairs) == 2 and after == before
