@@ -156,10 +156,10 @@ def test_a_dry_run_reads_in_a_capped_process_and_refuses_a_file_too_large_to_rea
                                       "b-table.html": f"<html><body><table>{rows}</table></body></html>",
                                       "c.txt": "In 1460 Hugo built the island church."})
     with Client(url, api_key="key") as client:
-        planned = sync(client, [docs], "docs", dry_run=True, read_memory_bytes=96 << 20)
+        planned = sync(client, [docs], "docs", dry_run=True, read_memory_bytes=160 << 20)  # above the reader's start (~110 MB)
     assert planned.written == ["a.md", "c.txt"]
     assert planned.refused == [("b-table.html", "the server would refuse it: reading it needs more memory than sync "
-                                "--dry-run gives the reading of a file (100,663,296 bytes, --read-memory-bytes); "
+                                f"--dry-run gives the reading of a file ({160 << 20:,} bytes, --read-memory-bytes); "
                                 "split it, or raise the limit")]
 
 
