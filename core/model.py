@@ -114,7 +114,9 @@ def _hub_failure(error: BaseException) -> str | None:
 def load_tokenizer(config: EncoderConfig):
     from transformers import AutoTokenizer
 
-    tok = load_pretrained(config.backbone, AutoTokenizer.from_pretrained, use_fast=True)
+    # text that spells a special token ("[SEP]", "[CLS]" in a question or a passage) is tokenised as the text it is,
+    # not turned into that token (a separator in the middle of a passage, padding in a question)
+    tok = load_pretrained(config.backbone, AutoTokenizer.from_pretrained, use_fast=True, split_special_tokens=True)
     if not tok.is_fast:
         raise ModelError(f"backbone {config.backbone!r} has no fast tokenizer (character offsets need one)")
     return tok

@@ -382,3 +382,18 @@ def test_two_threads_loading_at_once_stay_quiet_until_both_are_done_and_leave_th
         else:
             hf_logging.disable_progress_bar()
         warnings.filters[:] = filters
+
+
+def test_text_that_spells_a_special_token_is_tokenised_as_text(tiny_config):
+    """A passage or question holding "[SEP]", "[CLS]" or "[PAD]" was given that token: a separator in the middle of a
+    passage's window, padding in a question. The tokenizer every model loads reads them as the characters they are."""
+    from spanseek.core.text import tokenize_passages
+
+    tok = load_tokenizer(tiny_config)
+    text = "who wrote [SEP] the [CLS] book [PAD] ?"
+    (passage,) = tokenize_passages(tok, [text])
+    assert not set(passage.input_ids.tolist()) & set(tok.all_special_ids)
+    assert [text[a:b] for a, b in passage.offsets][2:5] == ["[", "SEP", "]"]
+    question = tok([text])["input_ids"][0]
+    assert question[0] == tok.cls_token_id and question[-1] == tok.sep_token_id
+    assert tok.sep_token_id not in question[1:-1] and tok.pad_token_id not in question
