@@ -185,13 +185,14 @@ def no_space(error: BaseException) -> bool:
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; rename it over ``path`` only if the block succeeds (the temporary
     file is removed either way). An existing ``path`` that is no regular file nor folder (``/dev/null``, ``/dev/stdout``,
-    a named pipe) is written in place: renaming over it would replace the device or pipe with a file.
+    a named pipe), or a link to a file the process holds open (``/dev/stdout`` redirected to a file, ``/dev/fd/N``), is
+    written in place: renaming over it would replace the device, pipe or link with a file.
 
     A folder or temporary that cannot be made, or a temporary the block cannot open, is an OSError naming ``path``
     (the path the caller was given) and why, never the hidden temporary: ``out/m.json: cannot be written: out is a
     file, not a folder``; so is a write the disk has no room for."""
     path = Path(path)
-    if _special_file(path):
+    if _written_in_place(path):
         with naming(path):
             yield path
         return
@@ -217,14 +218,24 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             tmp_path.unlink()
 
 
-def _special_file(path: Path) -> bool:
-    """Whether ``path`` (its link followed) exists and is neither a regular file nor a folder: a device, a pipe or
-    a socket."""
+def _written_in_place(path: Path) -> bool:
+    """Whether ``path`` exists and is, its links followed, neither a regular file nor a folder (a device, a pipe or a
+    socket), or is reached through a link to a file a process holds open (``/dev/stdout`` -> ``/proc/self/fd/1``, a
+    shell's ``> m.json``): renaming over such a link would replace the link, not write the file it stands for."""
     try:
         mode = path.stat().st_mode
     except OSError:
         return False
-    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        return True
+    for _ in range(40):  # (the kernel's own bound on a chain of links)
+        if not path.is_symlink():
+            return False
+        folder = Path(os.path.realpath(path.parent))
+        if folder.name == "fd" and folder.parts[:2] == ("/", "proc"):  # /proc/PID/fd/N: an open file's link
+            return True
+        path = path.parent / os.readlink(path)
+    return False
 
 
 def write_faiss(index: Any, path: str | Path) -> None:

@@ -593,3 +593,27 @@ def test_an_output_that_is_a_pipe_or_device_is_written_in_place_not_replaced(tmp
     assert stat.S_ISFIFO(os.stat(pipe).st_mode)
     assert json.loads(got[0]) == {"written": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]  # no temporary left beside it
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="/proc's links to open files")
+def test_an_output_through_a_link_to_an_open_file_writes_that_file_and_keeps_the_link(tmp_path):
+    """``--out /dev/stdout > m.json``: /dev/stdout is a link to /proc/self/fd/1, here a regular file, so the temporary
+    was renamed over the link (as root, /dev/stdout itself replaced by a file; else "Permission denied" in /dev) and
+    m.json stayed empty. Such a link is now written in place, into the file it stands for; a link to a regular file
+    of the user's is still replaced atomically, as before."""
+    from spanseek.core.io import write_json_atomic
+
+    held = tmp_path / "m.json"
+    fd = os.open(held, os.O_WRONLY | os.O_CREAT)
+    try:
+        (tmp_path / "out").symlink_to(f"/proc/self/fd/{fd}")
+        (tmp_path / "through").symlink_to(tmp_path / "out")  # (a chain of links, as /dev/stdout's)
+        write_json_atomic(tmp_path / "through", {"written": 1})
+    finally:
+        os.close(fd)
+    assert json.loads(held.read_text()) == {"written": 1}
+    assert (tmp_path / "out").is_symlink() and (tmp_path / "through").is_symlink()
+    (tmp_path / "link").symlink_to(held)
+    write_json_atomic(tmp_path / "link", {"written": 2})
+    assert not (tmp_path / "link").is_symlink() and json.loads(held.read_text()) == {"written": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "m.json", "out", "through"]  # no temporary left
