@@ -52,13 +52,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from spanseek.indexer.options import DEFAULT_READ_MEMORY, DEFAULT_READ_TIMEOUT_S, FOLLOW_LINKS_HELP
 
 if TYPE_CHECKING:
-    from spanseek.core.io import Document
-    from spanseek.indexer.chunking import TokenCounter
+    from spanseek.core.config import EncoderConfig
     from spanseek.indexer.ingest import IngestOptions
 
 SOURCE_KEY, HASH_KEY = "synced_from", "sha256"
@@ -106,35 +105,41 @@ class FileLimits:
             return None
         return f"{size:,} bytes, more than its max_file_bytes ({self.max_file_bytes:,})"
 
-    def refusal(self, read: Document | str | None) -> str | None:
-        """Why the server refuses a file read as ``read`` (``_unreadable``: its document, or why it is unreadable, or
+    def refusal(self, read: FileTokens | str | None) -> str | None:
+        """Why the server refuses a file read as ``read`` (``_unreadable``: its tokens, or why it is unreadable, or
         None where this host cannot read it): unreadable, or more tokens than ``max_file_tokens``; None if neither."""
-        from spanseek.indexer.chunking import word_token_counter
-        from spanseek.indexer.read_process import document_tokens
-
-        if read is None or isinstance(read, str) or not self.max_file_tokens:
-            return read if isinstance(read, str) else None
-        if (tokens := document_tokens(read, self.count)) <= self.max_file_tokens:
+        if read is None or isinstance(read, str):
+            return read
+        if not self.max_file_tokens or read.tokens <= self.max_file_tokens:
             return None
-        counted = "" if self.count is not word_token_counter or self.tokenizer is None else (
+        counted = "" if not read.in_words or self.tokenizer is None else (
             f"; counted a token a word, as this host lacks the server's tokenizer {self.tokenizer}: it counts more")
-        return f"{tokens:,} tokens, more than its max_file_tokens ({self.max_file_tokens:,}){counted}"
+        return f"{read.tokens:,} tokens, more than its max_file_tokens ({self.max_file_tokens:,}){counted}"
 
-    @functools.cached_property
-    def count(self) -> TokenCounter:
-        """The server's token counter (``tokenizer``'s) where this host has it (an installed ``package:NAME``, a
-        directory), loaded at the first file counted; else one token a word, which the server's tokenizer gives at
-        least (a file of more words than ``max_file_tokens`` is refused)."""
+    @property
+    def reading_config(self) -> EncoderConfig | None:
+        """The model whose tokenizer the dry run's reading process cuts passages and counts tokens with: the server's
+        (``tokenizer``) where this host has it (an installed ``package:NAME``, a directory), as the server cuts and
+        counts a file (a long paragraph's overlapping windows are counted in its tokens); else None, one token a word,
+        which the server's tokenizer gives at least (a file of more words than ``max_file_tokens`` is refused)."""
         from spanseek.core.backbones import resolve_backbone
         from spanseek.core.config import EncoderConfig
-        from spanseek.indexer.chunking import backbone_token_counter, word_token_counter
 
         try:
             if self.tokenizer is not None and Path(resolve_backbone(self.tokenizer)).is_dir():
-                return backbone_token_counter(EncoderConfig(backbone=self.tokenizer))
-        except Exception:  # (not installed here; its tokenizer not loadable) counted in words
+                return EncoderConfig(backbone=self.tokenizer)
+        except Exception:  # (not installed here) counted in words
             pass
-        return word_token_counter
+        return None
+
+
+class FileTokens(NamedTuple):
+    """A file read as the server reads it, in the dry run's reading process (``_unreadable``): its model tokens
+    (``indexer.read_process.document_tokens``), and ``in_words``: counted a token a word (this host lacks the
+    server's tokenizer)."""
+
+    tokens: int
+    in_words: bool
 
 
 @dataclass
@@ -288,7 +293,7 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
 
     # the dry run's reader: one process for the whole run (started at the first file read), limited as the server's
     limits = FileLimits.of_server(client) if dry_run else FileLimits()
-    reader = ReadProcess(None, limits.read_memory_bytes if read_memory_bytes is None else read_memory_bytes,
+    reader = ReadProcess(limits.reading_config, limits.read_memory_bytes if read_memory_bytes is None else read_memory_bytes,
                          _unreadable, limits.read_timeout_s if read_timeout_s is None else read_timeout_s,
                          who="sync --dry-run") if dry_run else None
     with _Writes(client, jobs, strict, report, say) as writes, reader or nullcontext():
@@ -357,23 +362,29 @@ def _too_long(doc_id: str) -> str | None:
     return None if (problem := length_problem(doc_id)) is None else f"'id' {problem}"
 
 
-def _unreadable(path: str, rel: str, opts: IngestOptions) -> Document | str | None:
-    """The file at ``path`` read as the server reads it (``indexer.ingest.read_document``), for
-    ``FileLimits.refusal`` to count its tokens; or why the server would refuse it as unreadable (no text, binary,
-    not UTF-8, damaged, front matter it cannot read); None when this host lacks the library that reads its format
-    (the ``index`` extra: a client's install), which the server has. Run in the dry run's reading process
-    (``indexer.read_process.ReadProcess``), whose memory and CPU time are limited as the server's are: a file whose
-    reading needs more is refused there."""
+def _unreadable(path: str, rel: str, opts: IngestOptions) -> FileTokens | str | None:
+    """The file at ``path`` read as the server reads it (``indexer.ingest.read_document``, its passages cut with the
+    reading process's counter: the server's tokenizer where this host has it, ``FileLimits.reading_config``), its
+    tokens counted as the server counts them, for ``FileLimits.refusal``; or why the server would refuse it as
+    unreadable (no text, binary, not UTF-8, damaged, front matter it cannot read); None when this host lacks the
+    library that reads its format (the ``index`` extra: a client's install), which the server has. Run in the dry
+    run's reading process (``indexer.read_process.ReadProcess``), whose memory and CPU time are limited as the
+    server's are: a file whose reading needs more is refused there."""
     from spanseek.indexer.chunking import word_token_counter
     from spanseek.indexer.ingest import IngestError, read_document
+    from spanseek.indexer.read_process import document_tokens, worker_counter
 
     try:
-        doc = read_document(Path(path), rel, word_token_counter, opts)
+        count = worker_counter()
+    except Exception:  # (the server's tokenizer, found here, could not be loaded) counted in words
+        count = word_token_counter
+    try:
+        doc = read_document(Path(path), rel, count, opts)
     except ImportError:  # (a reader's library imported as it reads: pdfminer, PyYAML)
         return None
     except IngestError as e:  # ("reading Markdown needs markdown-it-py", raised from the ImportError)
         return None if isinstance(e.__context__, ImportError) else str(e)
-    return doc
+    return doc if isinstance(doc, str) else FileTokens(document_tokens(doc, count), count is word_token_counter)
 
 
 class _Writes:

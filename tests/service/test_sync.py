@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -140,8 +141,13 @@ def test_a_dry_run_on_a_host_without_the_readers_counts_their_files_as_written(u
                                       "b.html": "<html><body><p>In 1460 Hugo built the church.</p></body></html>"})
     for module in ("markdown_it", "markdown_it.rules_block", "trafilatura", "yaml"):
         monkeypatch.setitem(sys.modules, module, None)  # (importing it raises ModuleNotFoundError)
-    # (what the dry run's reading process runs for each file, run here, where the libraries are missing)
+    # (what the dry run's reading process runs for each file, run here, where the libraries are missing, with the
+    # counter such a process starts with)
+    from spanseek.indexer import read_process
+    from spanseek.indexer.chunking import word_token_counter
     from spanseek.sync import FileLimits
+
+    monkeypatch.setattr(read_process, "_count", word_token_counter)
 
     read = [_unreadable(str(docs / name), name, IngestOptions()) for name in ("a.md", "b.html")]
     assert [FileLimits().refusal(doc) for doc in read] == [None, None]
@@ -894,3 +900,29 @@ print(report.written, [r for r, _ in report.refused])
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert done.returncode == 0, done.stderr
     assert done.stdout == "['a.txt'] ['empty.md']\n" and runs.read_text() == "ran\n"
+
+
+def test_a_dry_run_counts_a_files_tokens_over_the_passages_the_server_cuts(settings_for, tmp_path, live):
+    """A dry run cut a file's passages a word a token and counted the model tokens of those: a long paragraph's
+    overlapping windows, cut by the server in model tokens, share other words, so a file the server counted 960 tokens
+    was counted fewer, and one just over max_file_tokens was said to be written, which the write refused (413). The
+    dry run's reading process now cuts and counts with the server's tokenizer: its count is the write's."""
+    from spanseek.core.config import EncoderConfig
+    from spanseek.core.model import CONFIG_NAME
+    from spanseek.indexer.chunking import backbone_token_counter
+    from spanseek.indexer.ingest import read_document
+    from spanseek.indexer.read_process import document_tokens
+
+    docs = folder(tmp_path / "docs", {"long.txt": "Gala's harbour-bridge, built 1450, spans the inlet. " * 40})
+    count = backbone_token_counter(EncoderConfig.load(Path(settings_for().model) / CONFIG_NAME))  # (the server's)
+    tokens = document_tokens(read_document(docs / "long.txt", "long.txt", count, IngestOptions()), count)
+    settings = settings_for(writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0,
+                            max_file_tokens=tokens - 1)
+    with live(create_app(settings)) as url, Client(url, api_key="key") as client:
+        planned = sync(client, [docs], "docs", dry_run=True)
+        done = sync(client, [docs], "docs")
+    assert planned.written == done.written == []
+    assert [r for r, _ in planned.refused] == [r for r, _ in done.refused] == ["long.txt"]
+    assert dict(planned.refused)["long.txt"] == (f"the server would refuse it: {tokens:,} tokens, more than its "
+                                                 f"max_file_tokens ({tokens - 1:,})")
+    assert f"{tokens:,} tokens" in dict(done.refused)["long.txt"]  # (the write's own count)
