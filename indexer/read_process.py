@@ -256,8 +256,9 @@ class _ReaderProcess(multiprocessing.context.SpawnProcess):
             sys.modules["__main__"] = main
 
 
-class _ReaderContext(multiprocessing.context.SpawnContext):
-    """The spawn start method, with processes that do not run ``__main__`` again (``_ReaderProcess``)."""
+class ReaderContext(multiprocessing.context.SpawnContext):
+    """The spawn start method, with processes that do not run ``__main__`` again (``_ReaderProcess``): the reading
+    processes' (``ReadProcess``, the service's ``FileReader``)."""
 
     Process = _ReaderProcess
 
@@ -279,7 +280,7 @@ class ReadProcess(Generic[R]):
     def _start(self) -> ProcessPoolExecutor:
         # spawn, not fork: the command's threads (tqdm's monitor, a tokenizer's pool) hold locks a forked child would
         # inherit taken; the process imports only the readers and the tokenizer, not the caller's __main__
-        return ProcessPoolExecutor(max_workers=1, mp_context=_ReaderContext(),
+        return ProcessPoolExecutor(max_workers=1, mp_context=ReaderContext(),
                                    initializer=start_reader, initargs=(self.config, self.memory_bytes, os.getpid()))
 
     def read(self, path: Path, rel: str, opts: IngestOptions) -> R | str:

@@ -51,6 +51,7 @@ from spanseek.core.io import Document
 from spanseek.indexer.extracted import IngestError
 from spanseek.indexer.ingest import IngestOptions, read_document
 from spanseek.indexer.read_process import (
+    ReaderContext,
     ReaderNotStarted,
     ReadOutOfMemory,
     document_tokens,
@@ -196,8 +197,9 @@ class FileReader:
 
     def _start(self) -> ProcessPoolExecutor:
         # spawn, not fork: the server's threads (the encoder's OpenMP pool, the event loop) hold locks a forked
-        # child would inherit taken; the worker imports only the readers and the tokenizer
-        return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+        # child would inherit taken; the worker imports only the readers and the tokenizer, not the server's __main__
+        # (a script serving the app without a main guard)
+        return ProcessPoolExecutor(max_workers=1, mp_context=ReaderContext(),
                                    initializer=start_reader,
                                    initargs=(self.config, self.memory_bytes, os.getpid(), self.nice, True))
 

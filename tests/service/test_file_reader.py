@@ -480,3 +480,24 @@ def test_an_upload_cancelled_while_the_worker_starts_leaves_the_start_to_the_nex
 
     assert asyncio.run(cancelled_then_served()) is pool
     assert len(pool.asked) == 1  # asked once, answered once
+
+
+def test_an_upload_is_read_without_running_the_servers_main_module_again(tiny_config, tmp_path, monkeypatch):
+    """The worker is spawned, and spawn ran the starting program's main module again in it: a script that served
+    the app (uvicorn.run(create_app(...))) without an ``if __name__ == "__main__":`` guard ran a second time at the
+    first upload, in the worker (its model loaded again, its port taken), and the worker could not start. The
+    worker now leaves the server's __main__ alone, as the dry run's and from-files' reading processes do."""
+    import types
+
+    ran = tmp_path / "ran"
+    script = tmp_path / "serve.py"
+    script.write_text(f"open({str(ran)!r}, 'a').write('ran')\n")
+    main = types.ModuleType("__main__")
+    main.__file__ = str(script)  # (a script run as python serve.py: spawn's child runs its __file__)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    reader = FileReader(tiny_config, 0, 1)
+    try:
+        read = asyncio.run(reader.read(b"In 1450 Gala built the bridge.", "a.txt", IngestOptions()))
+    finally:
+        reader.close()
+    assert read.tokens > 0 and not ran.exists()
