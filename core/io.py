@@ -272,8 +272,14 @@ def naming_flag(flag: str, *kinds: type[Exception]) -> Iterator[None]:
 def check_writable(path: str | Path) -> None:
     """Raise the OSError that writing a file or folder at ``path`` would meet, naming ``path`` (``unwritable``): a
     folder on its way that is a file, or a folder that refuses a new entry (read-only, not the user's). Found before a
-    long job starts, not at its end. A directory that is there is written into; else its nearest folder that is."""
+    long job starts, not at its end. A directory that is there is written into; else its nearest folder that is. A
+    path written in place (``atomic_path``: ``/dev/null``, ``/dev/stdout``, a named pipe) needs only to be writable
+    itself: its folder (``/dev``) takes no new entry but root's."""
     path = Path(path)
+    if _written_in_place(path):
+        if not os.access(path, os.W_OK):
+            raise unwritable(path, PermissionError(errno.EACCES, os.strerror(errno.EACCES)))
+        return
     # the folders below the nearest one that exists are made
     folder = path if path.is_dir() else next(p for p in path.absolute().parents if os.path.lexists(p))
     try:

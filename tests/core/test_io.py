@@ -617,3 +617,25 @@ def test_an_output_through_a_link_to_an_open_file_writes_that_file_and_keeps_the
     write_json_atomic(tmp_path / "link", {"written": 2})
     assert not (tmp_path / "link").is_symlink() and json.loads(held.read_text()) == {"written": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "m.json", "out", "through"]  # no temporary left
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes")
+def test_an_output_written_in_place_is_checked_writable_without_a_new_entry_in_its_folder(tmp_path, monkeypatch):
+    """``corpus from-files --out /dev/stdout`` (or /dev/null) checks its --out before reading: the check made a probe
+    file in /dev, which only root may, so any other user was told "--out /dev/stdout: cannot be written: Permission
+    denied" though the output is written in place. A path written in place is now checked for itself."""
+    from spanseek.core.io import check_writable
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    real = tempfile.mkstemp
+
+    def folder_refuses(*args, **kwargs):  # (a folder that takes no new entry from this user, as /dev)
+        if str(kwargs.get("dir")) == str(tmp_path):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", folder_refuses)
+    check_writable(pipe)
+    with pytest.raises(OSError, match="cannot be written: Permission denied"):
+        check_writable(tmp_path / "corpus.jsonl")  # (a file, written beside: its folder must take the temporary)
