@@ -221,19 +221,20 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 def _written_in_place(path: Path) -> bool:
     """Whether ``path`` exists and is, its links followed, neither a regular file nor a folder (a device, a pipe or a
     socket), or is reached through a link to a file a process holds open (``/dev/stdout`` -> ``/proc/self/fd/1``, a
-    shell's ``> m.json``): renaming over such a link would replace the link, not write the file it stands for."""
+    shell's ``> m.json``), open or closed: renaming over such a link would replace the link, not write the file it
+    stands for (a closed one is then refused, as it is opened)."""
     try:
         mode = path.stat().st_mode
     except OSError:
-        return False
-    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        mode = None
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
         return True
     for _ in range(40):  # (the kernel's own bound on a chain of links)
-        if not path.is_symlink():
-            return False
         folder = Path(os.path.realpath(path.parent))
         if folder.name == "fd" and folder.parts[:2] == ("/", "proc"):  # /proc/PID/fd/N: an open file's link
             return True
+        if not path.is_symlink():
+            return False
         path = path.parent / os.readlink(path)
     return False
 

@@ -617,6 +617,11 @@ def test_an_output_through_a_link_to_an_open_file_writes_that_file_and_keeps_the
     write_json_atomic(tmp_path / "link", {"written": 2})
     assert not (tmp_path / "link").is_symlink() and json.loads(held.read_text()) == {"written": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "m.json", "out", "through"]  # no temporary left
+    closed = next(n for n in range(4096, 8192) if not os.path.exists(f"/proc/self/fd/{n}"))
+    (tmp_path / "closed").symlink_to(f"/proc/self/fd/{closed}")  # (/dev/stdout with the command's stdout closed)
+    with pytest.raises(OSError) as e:
+        write_json_atomic(tmp_path / "closed", {"written": 3})
+    assert e.value.filename == str(tmp_path / "closed") and (tmp_path / "closed").is_symlink()
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes")
