@@ -12,6 +12,10 @@ timed, with the parts that used to grow with the base or the segment timed alone
 - ``lexical_s``: its BM25 part (``LiveLexical``);
 - ``segment_scan_s``: the float32 segment vectors the first flat scan after the write multiplies by the questions;
 - ``searcher_s``: the snapshot's ``Searcher`` (its stages), which the service makes for each snapshot;
+- ``unit_maps_s``: each unit's passage map the searcher takes (``UNIT_OF_PASSAGE``: the passage -> document array and
+  the passage numbers);
+- ``copies_s``: its repeated-text table (``core.duplicates.Copies``), which the service makes for each snapshot once
+  searches collapse copies (the base's made before);
 - ``token_map_s``: the token -> passage map the first filtered IVF search hands faiss (``Layout.token_map``).
 
 Prints one JSON line per run and writes them to --out.
@@ -31,6 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import cpu_name  # noqa: E402
 
+from spanseek.core.duplicates import Copies
 from spanseek.core.fieldindex import FieldIndex
 from spanseek.core.live_lexical import BaseTerms, LiveLexical
 from spanseek.core.phrase_index import Manifest, PhraseIndex, passage_record
@@ -84,6 +89,15 @@ def written(i: int, per_passage: int, dim: int, terms: int, rng: np.random.Gener
                            np.asarray([per_passage]), np.ones(per_passage, bool), (words,))
 
 
+def scan_vectors(snap: LiveIndex) -> np.ndarray:
+    """The float32 segment vectors a flat scan of ``snap`` multiplies by its questions."""
+    if hasattr(snap, "segment_scan_vectors"):
+        return snap.segment_scan_vectors()
+    from spanseek.core.fine_store import as_float32
+
+    return as_float32(snap.seg_vectors)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--passages", type=int, default=1_000_000)
@@ -107,7 +121,9 @@ def main() -> None:
     results = []
     for size in (int(s) for s in args.segment.split(",")):
         segment = [written(i, args.tokens_per_passage, args.dim, args.terms, rng) for i in range(size)]
-        LiveIndex(base, segment, tombstones, template, base_terms)  # (each document's parts made once)
+        first = LiveIndex(base, segment, tombstones, template, base_terms)  # (each document's parts made once)
+        Copies.of(base, base.passage_doc)  # (the base's, as its searcher's warm-up makes them)
+        scan_vectors(first)
         best: dict[str, float] = {}
         for w in range(args.writes):
             segment.append(written(size + w, args.tokens_per_passage, args.dim, args.terms, rng))
@@ -120,11 +136,17 @@ def main() -> None:
                         passages_of(base, snap.deleted_docs))
             times["lexical_s"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            snap.segment_scan_vectors() if hasattr(snap, "segment_scan_vectors") else snap.seg_vectors.astype(np.float32)
+            scan_vectors(snap)
             times["segment_scan_s"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             Searcher(snap, max_answer_tokens=10, length_bias=())
             times["searcher_s"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            units = {u: f(snap) for u, f in UNIT_OF_PASSAGE.items() if f is not None}
+            times["unit_maps_s"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            Copies.of(snap, units["doc"])
+            times["copies_s"] = time.perf_counter() - t0
             layout = Layout(snap, {u: f(snap) for u, f in UNIT_OF_PASSAGE.items() if f is not None})
             t0 = time.perf_counter()
             layout.token_map()

@@ -6,8 +6,8 @@ Corpora repeat paragraphs (a site's boilerplate on every page, a document filed 
 Two passages are copies when their texts are equal once normalised (``normalise_passage``: runs of whitespace are
 one space, leading and trailing whitespace dropped, letters lower case); two documents are copies when their passages
 are copies, in order. ``Copies`` is the index's table of them: each passage's text is normalised and hashed once, the
-first time a search collapses (``passage_keys``, kept per index; a live index hashes only its segment's passages),
-never per hit. ``collapse`` keeps the best-ranked hit of each group of copies and says how many copies it stands for.
+first time a search collapses (``copy_table``, kept per index: a live snapshot takes its base's, made once a base,
+and hashes, sorts and groups only its segment's passages and documents), never per hit. ``collapse`` keeps the best-ranked hit of each group of copies and says how many copies it stands for.
 
 ``collapse_duplicates="near"`` also collapses near copies (``similar``): lightly edited copies and boilerplate
 variants, whose words match in order for at least ``NEAR_SIMILARITY`` of them (difflib's ratio over their normalised
@@ -28,7 +28,7 @@ import weakref
 from collections import Counter
 from collections.abc import Sequence
 from difflib import SequenceMatcher
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -79,8 +79,8 @@ PAIR_WORK, ALIGN_WORK, NEAR_WORK = 100, 20, 50_000
 # questions (every 4th, documents at top_k 10) then use at most 41,400 a hit, and their pages are the same.
 READ_CHARS = 2
 
-_KEYS: weakref.WeakKeyDictionary[PhraseIndex, np.ndarray] = weakref.WeakKeyDictionary()
-_KEYS_LOCK = threading.Lock()
+_TABLES: weakref.WeakKeyDictionary[PhraseIndex, CopyTable] = weakref.WeakKeyDictionary()
+_TABLES_LOCK = threading.Lock()
 
 
 def normalise_passage(text: str) -> str:
@@ -94,21 +94,90 @@ def hash_passages(passages: Sequence[dict]) -> np.ndarray:
     return np.fromiter((hash(normalise_passage(p["text"])) for p in passages), dtype=np.int64, count=len(passages))
 
 
-def passage_keys(index: PhraseIndex) -> np.ndarray:
-    """(P,) int64: the hash of each of the index's passages' normalised text, computed once per index (a live
-    index, whose passages are its base's followed by its segment's, reuses its base's and hashes the segment's)."""
-    with _KEYS_LOCK:
-        keys = _KEYS.get(index)
-    if keys is None:
+class KeyGroups:
+    """Where each key of an array of keys (passages' or documents') is held: ``get(key)``, its positions, ascending,
+    where it is held more than once. Found by a binary search of the keys sorted once (``of``); a live snapshot's
+    are its base's, sorted once a base, followed by its segment's (``then``), so a write sorts its segment's keys
+    only (a table of every key held twice, made by a unique over every passage, was made again for each write)."""
+
+    def __init__(self, parts: tuple[tuple[np.ndarray, np.ndarray], ...]):
+        self.parts = parts  # (keys sorted, their positions), in the order of the positions
+
+    @classmethod
+    def of(cls, keys: np.ndarray) -> KeyGroups:
+        order = np.argsort(keys, kind="stable")  # positions ascending within a key
+        return cls(((keys[order], order),))
+
+    def then(self, other: KeyGroups, offset: int) -> KeyGroups:
+        """These keys followed by ``other``'s, whose positions start at ``offset``."""
+        return KeyGroups(self.parts + tuple((keys, order + offset) for keys, order in other.parts))
+
+    def get(self, key: int) -> np.ndarray | None:
+        """(n,) the positions holding ``key``, ascending, where n > 1; None where it is held once (or not)."""
+        held = [order[np.searchsorted(keys, key, "left"):np.searchsorted(keys, key, "right")] for keys, order in
+                self.parts]
+        return np.concatenate(held) if sum(len(h) for h in held) > 1 else None
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, int | np.integer) and self.get(int(key)) is not None
+
+
+class CopyTable(NamedTuple):
+    """An index's copies, whatever their units' texts: each passage's and document's ``key`` (equal for copies),
+    the ``members`` of each key (``KeyGroups``) and the passages in document order with where each document's start
+    (``doc_passages``). A live snapshot's (``copy_table``) is its base's, made once a base, followed by its
+    segment's: ``core.chained.ChainedArray`` reads both without copying either."""
+
+    key: dict[str, Any]
+    members: dict[str, KeyGroups]
+    doc_passages: tuple[Any, Any]
+
+    @classmethod
+    def over(cls, passage_key: np.ndarray, passage_doc: np.ndarray, n_docs: int) -> CopyTable:
+        """The table of passages keyed ``passage_key`` in documents ``passage_doc`` (numbered from 0, ``n_docs``)."""
+        order, bounds = doc_runs(passage_doc, n_docs)
+        doc_key = doc_keys(passage_key, order, bounds)
+        return cls({"passage": passage_key, "doc": doc_key},
+                   {"passage": KeyGroups.of(passage_key), "doc": KeyGroups.of(doc_key)}, (order, bounds))
+
+    def then(self, other: CopyTable) -> CopyTable:
+        """This table followed by ``other``'s passages and documents (numbered from 0 there)."""
+        from spanseek.core.chained import ChainedArray
+
+        n = {u: len(self.key[u]) for u in self.key}
+        order, bounds = self.doc_passages
+        return CopyTable({u: ChainedArray(self.key[u], other.key[u]) for u in self.key},
+                         {u: self.members[u].then(other.members[u], n[u]) for u in self.members},
+                         (ChainedArray(order, other.doc_passages[0] + n["passage"]),
+                          ChainedArray(bounds[:-1], other.doc_passages[1] + n["passage"])))
+
+
+def doc_runs(passage_doc: np.ndarray, n_docs: int) -> tuple[np.ndarray, np.ndarray]:
+    """The passages in document order (a stable sort of ``passage_doc``) and where each of the ``n_docs`` documents'
+    start there (n_docs + 1)."""
+    order = np.argsort(passage_doc, kind="stable")
+    return order, np.searchsorted(np.asarray(passage_doc)[order], np.arange(n_docs + 1))
+
+
+def copy_table(index: PhraseIndex, passage_doc: np.ndarray) -> CopyTable:
+    """``index``'s ``CopyTable`` (``passage_doc``: each passage's document), made once per index: each passage's text
+    normalised and hashed, at about 10 µs a passage. A live snapshot (``core.segment.LiveIndex``: passages and
+    documents its base's followed by its segment's) takes its base's table, made once a base, and makes its segment's
+    passages' and documents' part alone."""
+    with _TABLES_LOCK:
+        table = _TABLES.get(index)
+    if table is None:
         base = getattr(index, "base", None)  # core.segment.LiveIndex
         if isinstance(base, PhraseIndex) and base is not index:
-            head = passage_keys(base)
-            keys = np.concatenate([head, hash_passages(index.passages[len(head):])])
+            p, d = len(base.passages), len(base.docs)
+            head = copy_table(base, passage_doc[:p])
+            table = head.then(CopyTable.over(hash_passages(index.passages[p:]), np.asarray(passage_doc[p:]) - d,
+                                             len(index.docs) - d))
         else:
-            keys = hash_passages(index.passages)
-        with _KEYS_LOCK:
-            _KEYS[index] = keys
-    return keys
+            table = CopyTable.over(hash_passages(index.passages), passage_doc, len(index.docs))
+        with _TABLES_LOCK:
+            _TABLES[index] = table
+    return table
 
 
 class Words(NamedTuple):
@@ -229,15 +298,15 @@ class Copies:
     """An index's copies, per unit: each passage's (and document's) key, equal for copies, and the passages (and
     documents) of every key held more than once. ``Copies.of(index)``; held by the searcher's ``HitBuilder``."""
 
-    def __init__(self, index: PhraseIndex, passage_key: np.ndarray, passage_doc: np.ndarray):
+    def __init__(self, index: PhraseIndex, passage_key: np.ndarray, passage_doc: Any,
+                 table: CopyTable | None = None):
         self.index = index
         self.passage_doc = passage_doc
-        # the passages in document order, and where each document's start (D + 1): found here, not at the first near
-        # comparison of documents, so searches in several threads never find them twice
-        order = np.argsort(passage_doc, kind="stable")
-        self.doc_passages = order, np.searchsorted(passage_doc[order], np.arange(len(index.docs) + 1))
-        self.key = {"passage": passage_key, "doc": doc_keys(passage_key, *self.doc_passages)}
-        self.members = {unit: repeated(keys) for unit, keys in self.key.items()}
+        # found here, not at the first near comparison of documents, so searches in several threads never find them
+        # twice; ``table``: the index's (``copy_table``), made from ``passage_key`` otherwise
+        table = table if table is not None else CopyTable.over(passage_key, passage_doc, len(index.docs))
+        self.doc_passages = table.doc_passages  # the passages in document order, and where each document's start
+        self.key, self.members = table.key, table.members
         self._words: dict[tuple[str, int], Words] = {}  # near comparisons: ("passage" | "doc", id) -> its words
         self._words_held = 0  # the words in _words (NEAR_CACHE_WORDS)
         self._words_lock = threading.Lock()  # searches in several threads share the cache and its count
@@ -247,8 +316,9 @@ class Copies:
 
     @classmethod
     def of(cls, index: PhraseIndex, passage_doc: np.ndarray) -> Copies:
-        """The copies of ``index``; ``passage_doc``: (P,) each passage's document."""
-        return cls(index, passage_keys(index), passage_doc)
+        """The copies of ``index``; ``passage_doc``: (P,) each passage's document (``copy_table``)."""
+        table = copy_table(index, passage_doc)
+        return cls(index, table.key["passage"], passage_doc, table)
 
     def hit_key(self, hit: Hit, unit: Unit) -> object:
         """What two hits of ``unit`` share when one is a copy of the other: a passage's or document's key; for a
@@ -386,17 +456,6 @@ def doc_keys(passage_key: np.ndarray, order: np.ndarray, bounds: np.ndarray) -> 
     keys = passage_key[order].tolist()
     return np.fromiter((hash(tuple(keys[a:b])) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)),
                        dtype=np.int64, count=n_docs)
-
-
-def repeated(keys: np.ndarray) -> dict[int, np.ndarray]:
-    """Each key held more than once -> its positions in ``keys``, ascending."""
-    uniq, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
-    many = np.flatnonzero(counts[inverse] > 1)
-    if not len(many):
-        return {}
-    many = many[np.argsort(inverse[many], kind="stable")]  # grouped by key, ascending within a key
-    cuts = np.flatnonzero(np.diff(inverse[many])) + 1
-    return {int(keys[g[0]]): g for g in np.split(many, cuts)}
 
 
 def non_space_before(text: str, at: int) -> int:

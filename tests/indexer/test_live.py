@@ -3,6 +3,7 @@ the same documents; delete by filter removes exactly what a scan of the metadata
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from pathlib import Path
@@ -46,9 +47,11 @@ def upsert(store, encoder, docs: list[dict]) -> None:
     store.upsert(parsed, [encoder.encode(d) for d in parsed])
 
 
-def hits_of(searcher, unit: str, mode: str, flt: SearchFilter | None = None) -> list[list[tuple]]:
-    out = searcher.search(QUESTIONS, SearchParams(unit, 5, mode=mode, filter=flt))
-    return [[(h.doc_id, h.paragraph, h.text, h.start, h.end, round(h.score, 3)) for h in hits] for hits in out]
+def hits_of(searcher, unit: str, mode: str, flt: SearchFilter | None = None, collapse: bool = False
+            ) -> list[list[tuple]]:
+    out = searcher.search(QUESTIONS, SearchParams(unit, 5, mode=mode, filter=flt, collapse_duplicates=collapse))
+    return [[(h.doc_id, h.paragraph, h.text, h.start, h.end, round(h.score, 3), h.copies, h.copy_doc_ids)
+             for h in hits] for hits in out]
 
 
 def writes(store, encoder) -> list[dict]:
@@ -87,9 +90,10 @@ def live(tmp_path_factory, tiny_index, tiny_searcher, encoder, tiny_model_dir):
 
 @pytest.mark.parametrize("unit", UNITS)
 @pytest.mark.parametrize("mode", MODES)
-def test_base_segment_and_tombstones_search_as_a_fresh_build(live, unit, mode):
+@pytest.mark.parametrize("collapse", [False, True])
+def test_base_segment_and_tombstones_search_as_a_fresh_build(live, unit, mode, collapse):
     store, published, scratch, _ = live
-    assert hits_of(published[-1], unit, mode) == hits_of(scratch, unit, mode)
+    assert hits_of(published[-1], unit, mode, collapse=collapse) == hits_of(scratch, unit, mode, collapse=collapse)
 
 
 def test_a_filter_sees_the_segment_and_not_the_tombstones(live):
@@ -814,7 +818,9 @@ def snapshots(base, encoder):
     segment, template, terms = Segment.over(base), empty_like(base.faiss), BaseTerms.of(base)
     new = [{**d, "id": f"n{i}", "title": f"New {i}"} for i, d in enumerate(make_corpus(seed=5, n_docs=4))]
     ids = [d["id"] for d in base.docs]
+    copied = [" ".join(p["text"].upper().split()) for p in base.passages if p["doc"] == 0]  # copies of d0's
     steps = [("upsert", new[:2]), ("upsert", [{**new[2], "id": ids[1]}]), ("delete", [ids[3]]),
+             ("upsert", [{"id": "c0", "title": "Copy", "paragraphs": copied}]),
              ("upsert", [{**new[3], "id": "n1"}]), ("delete", ["n0"]), ("upsert", [new[2]])]
     for op, arg in steps:
         if op == "upsert":
@@ -843,9 +849,9 @@ def test_every_snapshot_searches_as_one_made_from_scratch(which, tiny_searcher, 
                           np.setdiff1d(snap.deleted_docs, snap.base.deleted_docs), empty_like(snap.base.faiss),
                           snap.lexical.base_terms if snap.lexical is not None else None)
         for unit in UNITS:
-            for mode in MODES:
-                assert (hits_of(searcher_over(searcher, snap), unit, mode)
-                        == hits_of(searcher_over(searcher, fresh), unit, mode)), (which, unit, mode)
+            for mode, collapse in itertools.product(MODES, (False, True)):
+                assert (hits_of(searcher_over(searcher, snap), unit, mode, collapse=collapse)
+                        == hits_of(searcher_over(searcher, fresh), unit, mode, collapse=collapse)), (which, unit, mode)
         added = empty_like(snap.base.faiss)
         kept = np.concatenate([d.kept for d in snap.segment])
         added.add(as_float32(snap.seg_vectors[kept]))
