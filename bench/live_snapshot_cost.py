@@ -10,7 +10,8 @@ timed, with the parts that used to grow with the base or the segment timed alone
 
 - ``snapshot_s``: the whole snapshot (what a write waits for);
 - ``lexical_s``: its BM25 part (``LiveLexical``);
-- ``segment_scan_s``: the float32 segment vectors the first flat scan after the write multiplies by the questions;
+- ``segment_scan_s``: the float32 segment vectors the first flat scan after the write multiplies by the questions
+  (``LiveIndex.segment_scan_vectors``);
 - ``searcher_s``: the snapshot's ``Searcher`` (its stages), which the service makes for each snapshot;
 - ``unit_maps_s``: each unit's passage map the searcher takes (``UNIT_OF_PASSAGE``: the passage -> document array and
   the passage numbers);
@@ -91,11 +92,7 @@ def written(i: int, per_passage: int, dim: int, terms: int, rng: np.random.Gener
 
 def scan_vectors(snap: LiveIndex) -> np.ndarray:
     """The float32 segment vectors a flat scan of ``snap`` multiplies by its questions."""
-    if hasattr(snap, "segment_scan_vectors"):
-        return snap.segment_scan_vectors()
-    from spanseek.core.fine_store import as_float32
-
-    return as_float32(snap.seg_vectors)
+    return snap.segment_scan_vectors()
 
 
 def main() -> None:

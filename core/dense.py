@@ -680,12 +680,12 @@ class SegmentedScan:
                                        products_of=None if products_of is None else products_of.scan)
         self.seg_all: np.ndarray
         # every segment token's scores, the indexed ones' ranked from these very bits (``held`` holds them too)
-        if (products_of is not None and products_of.seg_all.shape[1] == len(index.seg_vectors)
+        if (products_of is not None and products_of.seg_all.shape[1] == len(index.token_passage) - index.n_base_tokens
                 and np.array_equal(products_of.queries, queries)):
             self.seg_all = products_of.seg_all  # read only: the masked copy below is this scan's own
-        else:
+        else:  # (the segment's vectors widened once a written document, core.widened)
             with numpy_blas().limit(limits=1):  # OpenBLAS's spinning workers would slow the base's product (2-core
-                self.seg_all = queries @ as_float32(index.seg_vectors).T  # Xeon: 93 against 56 ms); (2B, S) is small
+                self.seg_all = queries @ index.segment_scan_vectors().T  # Xeon: 93 against 56 ms); (2B, S) is small
         self.seg_scores = self.seg_all[:, self.seg_ids - self.nb]
         if allowed is not None:
             self.seg_scores[:, ~allowed[self.seg_ids]] = -np.inf

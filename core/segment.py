@@ -16,7 +16,8 @@ the wide gaps where a paragraph break can be) is the base's, made once a base, j
   score. For an exact (Flat) factory that is the exact top k of the union; for IVF the same lists are probed in
   both parts, so it is what one IVF index over both would return. Where both are flat (``flat_parts``), the dense
   leg scans the base once a batch and the segment in full, merging each round's lists as ``search`` does
-  (``core.dense.SegmentedScan``), instead of asking faiss again for each deeper round.
+  (``core.dense.SegmentedScan``), instead of asking faiss again for each deeper round. The segment's float32 vectors
+  it multiplies are widened once a written document, into rows its base's snapshots share (``core.widened``).
 - **What a write makes.** A written document's faiss codes (``WrittenParts``) are made once, by the first snapshot
   that needs them, and kept on it for the later snapshots of the same base (no float32 copy of its vectors is kept:
   it would hold twice its float16 vectors). The segment's faiss index is made at a snapshot's first search that asks
@@ -68,6 +69,7 @@ from spanseek.core.phrase_index import (
 )
 from spanseek.core.search import Searcher
 from spanseek.core.selection import int64_vector
+from spanseek.core.widened import widened_rows
 
 
 @dataclass(frozen=True)
@@ -372,6 +374,18 @@ class LiveIndex(PhraseIndex):
         return self._joined("codes", lambda: np.concatenate([written_parts(doc, self.base.faiss, True).codes  # type: ignore[misc]
                                                              for doc in self.segment]) if keeps else None)
 
+    def segment_scan_vectors(self) -> np.ndarray:
+        """(S, d) float32: the segment's token vectors widened, as the flat scan multiplies them by a batch's
+        questions: a view of the base's ``core.widened.WidenedRows`` (each written document widened once, shared by
+        the later snapshots), made at the snapshot's first scan; past their bytes, ``seg_vectors`` widened here."""
+        wide = self._joined("widened", lambda: widened_rows(self.base).rows_of(self.segment))
+        return wide if wide is not None else as_float32(self.seg_vectors)
+
+    def _segment_rows(self, rows: np.ndarray) -> np.ndarray:
+        """The segment's token vectors ``rows`` as float32: read from the widened ones where a scan made them."""
+        wide = self._seg_joined.get("widened")
+        return wide[rows] if wide is not None else as_float32(self.seg_vectors[rows])
+
     def _joined(self, name: str, join: Callable[[], np.ndarray | None]) -> Any:
         """The segment's ``name`` rows, ``join()`` at the first call (under a lock: searches racing to read them
         join them once) and kept: the snapshot never changes."""
@@ -397,13 +411,12 @@ class LiveIndex(PhraseIndex):
 
     def token_vectors(self, ids: np.ndarray) -> np.ndarray:
         ids = np.asarray(ids)
-        flat = self._split(ids.reshape(-1), self.base.token_vectors, lambda r: as_float32(self.seg_vectors[r]),
-                           self.seg_vectors.shape[1])
+        flat = self._split(ids.reshape(-1), self.base.token_vectors, self._segment_rows, self.base.faiss.d)
         return flat.reshape(*ids.shape, -1)
 
     def token_scores(self, ids: np.ndarray, queries: np.ndarray) -> np.ndarray:
         return self._split(ids, lambda r: self.base.token_scores(r, queries),
-                           lambda r: as_float32(self.seg_vectors[r]) @ queries, queries.shape[1])
+                           lambda r: self._segment_rows(r) @ queries, queries.shape[1])
 
     def code_vectors(self, ids: np.ndarray) -> np.ndarray:
         ids = np.asarray(ids)

@@ -498,3 +498,46 @@ def test_a_write_s_copies_cost_its_segment_not_the_base_s_passages():
 
     assert least(snapshot_copies) < 0.3 * least(lambda: np.unique(keys, return_inverse=True, return_counts=True))
 
+
+def test_each_snapshot_s_scan_vectors_are_its_segment_s_widened_each_document_widened_once(monkeypatch):
+    """A snapshot's float32 segment vectors (what the flat scan multiplies by the questions) are its float16 ones
+    widened, bit for bit, whatever its writes did (adds, replacements and deletions of segment documents) and in
+    whatever order the snapshots are first searched; a document is widened once, not every segment token at every
+    batch; past the bytes the widened rows may take, a snapshot widens its own."""
+    import spanseek.core.widened as widened
+
+    widened_rows: list[int] = []
+    as_float32 = widened.as_float32
+    monkeypatch.setattr(widened, "as_float32", lambda rows: widened_rows.append(len(rows)) or as_float32(rows))
+    rng = random.Random(0)
+    base = memory_base([{"id": f"d{d}", "title": "t"} for d in range(10)], rng)
+    segment: dict[str, EncodedDocument] = {}
+    snaps, written = [], 0
+    for step in range(40):
+        name = f"n{rng.randrange(12)}"
+        if rng.random() < 0.2:
+            segment.pop(name, None)
+        else:
+            doc = encoded({"id": name, "title": "n"}, rng)
+            doc = dataclasses.replace(doc, vectors=np.random.default_rng(step).standard_normal(
+                doc.vectors.shape).astype(np.float16))
+            segment.pop(name, None)
+            segment[name] = doc
+            written += doc.tokens
+        snaps.append(LiveIndex(base, list(segment.values()), np.zeros(0, np.int64), empty_like(base.faiss), None))
+        if rng.random() < 0.5:  # searched now, or later (out of order)
+            got = snaps[-1].segment_scan_vectors()
+            assert got.dtype == np.float32 and np.array_equal(got, snaps[-1].seg_vectors.astype(np.float32))
+    assert sum(widened_rows) <= written
+    queries = np.random.default_rng(1).standard_normal((3, DIM)).astype(np.float32)
+    for snap in rng.sample(snaps, len(snaps)):
+        got = snap.segment_scan_vectors()
+        assert np.array_equal(got, snap.seg_vectors.astype(np.float32)) and got.flags.c_contiguous
+        assert np.array_equal(queries @ got.T, queries @ snap.seg_vectors.astype(np.float32).T)
+        rows = np.arange(len(got))[::3]
+        if len(rows):
+            assert np.array_equal(snap.token_vectors(rows + len(base.token_passage)), got[rows])
+    monkeypatch.setattr(widened, "WIDENED_BYTES", 4 * DIM * 5)  # room for 5 rows: a new base's snapshot widens its own
+    fresh = memory_base([{"id": f"d{d}", "title": "t"} for d in range(10)], rng)
+    snap = LiveIndex(fresh, snaps[-1].segment, np.zeros(0, np.int64), empty_like(fresh.faiss), None)
+    assert np.array_equal(snap.segment_scan_vectors(), snap.seg_vectors.astype(np.float32))

@@ -894,6 +894,29 @@ def test_writes_and_searches_over_a_flat_base_copy_no_vector_into_a_faiss_index(
     assert added == []
 
 
+def test_searches_over_a_flat_base_widen_each_written_document_once_not_the_segment_each_batch(tiny_searcher,
+                                                                                               encoder, monkeypatch):
+    """The flat scan of a snapshot's segment multiplies float32 vectors made once a written document and shared by
+    the later snapshots (``core.widened``): over a series of writes, each searched twice, each version written is
+    widened once (the whole segment was widened at every batch)."""
+    import spanseek.core.dense as dense_module
+    import spanseek.core.segment as segment_module
+    import spanseek.core.widened as widened_module
+    from spanseek.core.segment import searcher_over
+
+    widened: list[int] = []
+    for module in (dense_module, segment_module, widened_module):
+        real = module.as_float32
+        monkeypatch.setattr(module, "as_float32", lambda rows, real=real: widened.append(
+            len(rows) if np.asarray(rows).dtype == np.float16 and len(rows) > 2 else 0) or real(rows))
+    written: dict[int, EncodedDocument] = {}
+    for snap in snapshots(tiny_searcher.index, encoder):
+        written.update({id(d): d for d in snap.segment})
+        for _ in range(2):
+            assert hits_of(searcher_over(tiny_searcher, snap), "passage", "dense")
+    assert sum(widened) == sum(d.tokens for d in written.values())
+
+
 def test_a_snapshot_s_searcher_keeps_the_searcher_s_chunk_size(tiny_searcher, tiny_index):
     """A chunk size set on the searcher a server was given (``Searcher.chunk_size``: how many questions a call
     encodes and searches at a time) was lost on the searcher of each live snapshot, which took the class's."""
