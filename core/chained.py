@@ -99,6 +99,10 @@ class ChainedArray:
             return self.first[i] if i < self.split else self.then[i - self.split]
         return self._gather(np.asarray(key))
 
+    def max(self) -> Any:
+        """The largest value of both parts (as ``np.ndarray.max`` of the rows joined)."""
+        return max(part.max() for part in (self.first, self.then) if len(part))
+
     def _gather(self, ids: np.ndarray) -> np.ndarray:
         if ids.dtype == bool or not np.issubdtype(ids.dtype, np.integer):
             raise IndexError(f"a chained array is read by integers, slices or integer arrays, not {ids.dtype} arrays")
@@ -142,6 +146,28 @@ def _joined(first: Any, then: Any, n_first: int, join: Literal["rows", "ids"]) -
     if join == "rows":
         return ChainedArray(first, then)
     return np.concatenate([first, np.asarray(then, first.dtype) + n_first])
+
+
+def take(values: np.ndarray, rows: np.ndarray | ChainedArray) -> np.ndarray:
+    """``values[rows]`` (a gather by an integer array); chained ``rows`` are read where each part lies, not joined
+    first."""
+    if isinstance(rows, ChainedArray):
+        return np.concatenate([values[rows.first], values[rows.then]])
+    return values[rows]
+
+
+def passage_numbers(index: Any) -> Any:
+    """(P,) int64: each passage's number, 0 to P - 1 (a unit's own passage map), made once an index; a live snapshot's
+    (``index.token_parts``) is its base's followed by its segment's numbers, made apart (a write made a range over
+    every passage)."""
+    parts = getattr(index, "token_parts", None)
+    if parts is not None:
+        first = passage_numbers(parts[0])
+        return ChainedArray(first, np.arange(len(first), len(index.passages), dtype=np.int64))
+    made = index.__dict__.get("_passage_numbers")
+    if made is None or len(made) != len(index.passages):
+        made = index.__dict__["_passage_numbers"] = np.arange(len(index.passages), dtype=np.int64)
+    return made
 
 
 class TokenMap:

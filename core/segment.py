@@ -54,6 +54,7 @@ import numpy as np
 
 from spanseek.core.chained import Chained, ChainedArray, TokenMap
 from spanseek.core.dense import merge_top
+from spanseek.core.duplicates import doc_runs
 from spanseek.core.faiss_spec import ivf_of
 from spanseek.core.fieldindex import FieldIndex, JoinedFieldIndex, run_positions
 from spanseek.core.flat_search import flat_vectors
@@ -250,9 +251,7 @@ def passages_of(index: PhraseIndex, docs: np.ndarray) -> np.ndarray:
     (again for a copy given other passages), then a run of them a document, not a pass over every passage."""
     made = index.__dict__.get("_doc_passages")
     if made is None or made[0] is not index.passages:
-        order = np.argsort(index.passage_doc, kind="stable")
-        made = index.__dict__["_doc_passages"] = (
-            index.passages, (order, np.searchsorted(index.passage_doc[order], np.arange(len(index.docs) + 1))))
+        made = index.__dict__["_doc_passages"] = (index.passages, doc_runs(index.passage_doc, len(index.docs)))
     order, starts = made[1]
     docs = np.asarray(docs, np.int64)
     return np.sort(order[run_positions(starts[docs], starts[docs + 1])])
@@ -339,7 +338,7 @@ class LiveIndex(PhraseIndex):
         self.docs = Chained(base.docs, seg_docs)
         self.deleted_docs = np.union1d(base.deleted_docs, tombstones).astype(np.int64)
         self._fields = JoinedFieldIndex(base.fields, FieldIndex.build(seg_docs))  # the base's is built once a base
-        self.passage_doc = np.concatenate([base.passage_doc, seg_passages.doc])
+        self.passage_doc = ChainedArray(base.passage_doc, seg_passages.doc)  # (the base's made once a base)
         n_seg = int(seg_ntokens.sum())
         kept = np.flatnonzero(np.concatenate([doc.kept for doc in segment])) if segment else np.zeros(0, np.int64)
         keep_codes = base.codes is not None

@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from spanseek.core.chained import passage_numbers, take
 from spanseek.core.faiss_spec import ivf_of
 from spanseek.core.params import UNITS, SearchFilter, Unit
 from spanseek.core.phrase_index import PhraseIndex
@@ -60,7 +61,7 @@ ENTRY_BYTES = 1024
 # unit -> the unit of every passage, (P,) int64; the phrase unit is the span itself (None). A new unit is one entry.
 UNIT_OF_PASSAGE: dict[Unit, Callable[[PhraseIndex], np.ndarray] | None] = {
     "phrase": None,
-    "passage": lambda index: np.arange(len(index.passages), dtype=np.int64),
+    "passage": passage_numbers,
     "doc": lambda index: index.passage_doc,
 }
 assert tuple(UNIT_OF_PASSAGE) == UNITS
@@ -273,7 +274,7 @@ def select(index: PhraseIndex, flt: SearchFilter | None, layout: Layout) -> Sele
     docs = allowed_documents(index, flt)
     if docs is None:
         return Selection(None, None, None, layout.unit_count(None))
-    passages = docs[layout.passage_doc]
+    passages = take(docs, layout.passage_doc)
     bitmap = np.packbits(passages, bitorder="little")  # faiss reads bit (id & 7) of byte (id >> 3)
     inner = faiss.IDSelectorBitmap(len(passages), faiss.swig_ptr(bitmap))
     token_map = layout.token_map()

@@ -117,7 +117,7 @@ def test_what_a_search_computes_from_a_snapshot_s_token_map_is_what_the_joined_a
         gaps = HitBuilder(whole).wide_gaps()  # tokens followed by a gap in their passage
         assert len(gaps) and np.array_equal(HitBuilder(live).wide_gaps(), gaps)
         units = {u: f(live) for u, f in UNIT_OF_PASSAGE.items() if f is not None}
-        got_layout, want_layout = Layout(live, units), Layout(whole, units)
+        got_layout, want_layout = Layout(live, units), Layout(whole, {u: np.asarray(of) for u, of in units.items()})
         for unit in units:
             assert np.array_equal(got_layout.units_per_doc[unit], want_layout.units_per_doc[unit])
         assert np.array_equal(got_layout.tokens_per_doc, want_layout.tokens_per_doc)
