@@ -159,11 +159,21 @@ def doc_runs(passage_doc: np.ndarray, n_docs: int) -> tuple[np.ndarray, np.ndarr
     return order, np.searchsorted(np.asarray(passage_doc)[order], np.arange(n_docs + 1))
 
 
+def written_keys(doc: Any) -> np.ndarray:
+    """(n,) int64: the keys of a written document's passages (``core.segment.EncodedDocument``), hashed at the first
+    snapshot that collapses its copies and kept on it for the later ones, as its faiss codes are: a write hashes its
+    own document's passages, not every written passage again."""
+    keys = doc.__dict__.get("_passage_keys")
+    if keys is None:
+        keys = doc.__dict__["_passage_keys"] = hash_passages(doc.passages)  # (on the frozen record)
+    return keys
+
+
 def copy_table(index: PhraseIndex, passage_doc: np.ndarray) -> CopyTable:
     """``index``'s ``CopyTable`` (``passage_doc``: each passage's document), made once per index: each passage's text
     normalised and hashed, at about 10 µs a passage. A live snapshot (``core.segment.LiveIndex``: passages and
     documents its base's followed by its segment's) takes its base's table, made once a base, and makes its segment's
-    passages' and documents' part alone."""
+    passages' and documents' part alone, of its written documents' keys (``written_keys``)."""
     with _TABLES_LOCK:
         table = _TABLES.get(index)
     if table is None:
@@ -171,8 +181,10 @@ def copy_table(index: PhraseIndex, passage_doc: np.ndarray) -> CopyTable:
         if isinstance(base, PhraseIndex) and base is not index:
             p, d = len(base.passages), len(base.docs)
             head = copy_table(base, passage_doc[:p])
-            table = head.then(CopyTable.over(hash_passages(index.passages[p:]), np.asarray(passage_doc[p:]) - d,
-                                             len(index.docs) - d))
+            written = getattr(index, "segment", None)  # its written documents, whose passages follow the base's
+            seg_keys = (np.concatenate([np.zeros(0, np.int64), *map(written_keys, written)]) if written is not None
+                        else hash_passages(index.passages[p:]))
+            table = head.then(CopyTable.over(seg_keys, np.asarray(passage_doc[p:]) - d, len(index.docs) - d))
         else:
             table = CopyTable.over(hash_passages(index.passages), passage_doc, len(index.docs))
         with _TABLES_LOCK:

@@ -568,3 +568,22 @@ def test_a_write_s_snapshot_makes_no_array_over_every_passage():
     assert np.array_equal(np.asarray(units[0]), np.arange(len(whole))) and np.array_equal(np.asarray(units[1]), whole)
     assert units[1].max() == whole.max() and np.array_equal(units[1][[0, -1, len(base.passages)]],
                                                            whole[[0, -1, len(base.passages)]])
+
+
+def test_a_write_hashes_its_own_document_s_passages_for_the_table_of_copies(monkeypatch):
+    """Over a series of writes, each followed by its snapshot's table of copies, each written passage's text is
+    normalised and hashed once (every segment passage was hashed again at each write)."""
+    from spanseek.core import duplicates
+
+    hashed: list[str] = []
+    normalise = duplicates.normalise_passage
+    monkeypatch.setattr(duplicates, "normalise_passage", lambda text: hashed.append(text) or normalise(text))
+    rng = random.Random(0)
+    base = memory_base([{"id": f"d{d}", "title": "t"} for d in range(30)], rng)
+    duplicates.Copies.of(base, base.passage_doc)
+    hashed.clear()
+    segment = [encoded({"id": f"n{i}", "title": "n"}, rng) for i in range(8)]
+    for k in range(1, len(segment) + 1):
+        live = LiveIndex(base, segment[:k], np.zeros(0, np.int64), empty_like(base.faiss), None)
+        duplicates.Copies.of(live, live.passage_doc)
+    assert sorted(hashed) == sorted(q["text"] for doc in segment for q in doc.passages)
