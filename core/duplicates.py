@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from spanseek.core.copy_table import CopyTable
 from spanseek.core.params import Hit, Unit
 from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.selection import Selection
@@ -92,71 +93,6 @@ def normalise_passage(text: str) -> str:
 def hash_passages(passages: Sequence[dict]) -> np.ndarray:
     """(P,) int64: the hash of each passage's normalised text."""
     return np.fromiter((hash(normalise_passage(p["text"])) for p in passages), dtype=np.int64, count=len(passages))
-
-
-class KeyGroups:
-    """Where each key of an array of keys (passages' or documents') is held: ``get(key)``, its positions, ascending,
-    where it is held more than once. Found by a binary search of the keys sorted once (``of``); a live snapshot's
-    are its base's, sorted once a base, followed by its segment's (``then``), so a write sorts its segment's keys
-    only (a table of every key held twice, made by a unique over every passage, was made again for each write)."""
-
-    def __init__(self, parts: tuple[tuple[np.ndarray, np.ndarray], ...]):
-        self.parts = parts  # (keys sorted, their positions), in the order of the positions
-
-    @classmethod
-    def of(cls, keys: np.ndarray) -> KeyGroups:
-        order = np.argsort(keys, kind="stable")  # positions ascending within a key
-        return cls(((keys[order], order),))
-
-    def then(self, other: KeyGroups, offset: int) -> KeyGroups:
-        """These keys followed by ``other``'s, whose positions start at ``offset``."""
-        return KeyGroups(self.parts + tuple((keys, order + offset) for keys, order in other.parts))
-
-    def get(self, key: int) -> np.ndarray | None:
-        """(n,) the positions holding ``key``, ascending, where n > 1; None where it is held once (or not)."""
-        held = [order[np.searchsorted(keys, key, "left"):np.searchsorted(keys, key, "right")] for keys, order in
-                self.parts]
-        return np.concatenate(held) if sum(len(h) for h in held) > 1 else None
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, int | np.integer) and self.get(int(key)) is not None
-
-
-class CopyTable(NamedTuple):
-    """An index's copies, whatever their units' texts: each passage's and document's ``key`` (equal for copies),
-    the ``members`` of each key (``KeyGroups``) and the passages in document order with where each document's start
-    (``doc_passages``). A live snapshot's (``copy_table``) is its base's, made once a base, followed by its
-    segment's: ``core.chained.ChainedArray`` reads both without copying either."""
-
-    key: dict[str, Any]
-    members: dict[str, KeyGroups]
-    doc_passages: tuple[Any, Any]
-
-    @classmethod
-    def over(cls, passage_key: np.ndarray, passage_doc: np.ndarray, n_docs: int) -> CopyTable:
-        """The table of passages keyed ``passage_key`` in documents ``passage_doc`` (numbered from 0, ``n_docs``)."""
-        order, bounds = doc_runs(passage_doc, n_docs)
-        doc_key = doc_keys(passage_key, order, bounds)
-        return cls({"passage": passage_key, "doc": doc_key},
-                   {"passage": KeyGroups.of(passage_key), "doc": KeyGroups.of(doc_key)}, (order, bounds))
-
-    def then(self, other: CopyTable) -> CopyTable:
-        """This table followed by ``other``'s passages and documents (numbered from 0 there)."""
-        from spanseek.core.chained import ChainedArray
-
-        n = {u: len(self.key[u]) for u in self.key}
-        order, bounds = self.doc_passages
-        return CopyTable({u: ChainedArray(self.key[u], other.key[u]) for u in self.key},
-                         {u: self.members[u].then(other.members[u], n[u]) for u in self.members},
-                         (ChainedArray(order, other.doc_passages[0] + n["passage"]),
-                          ChainedArray(bounds[:-1], other.doc_passages[1] + n["passage"])))
-
-
-def doc_runs(passage_doc: np.ndarray, n_docs: int) -> tuple[np.ndarray, np.ndarray]:
-    """The passages in document order (a stable sort of ``passage_doc``) and where each of the ``n_docs`` documents'
-    start there (n_docs + 1)."""
-    order = np.argsort(passage_doc, kind="stable")
-    return order, np.searchsorted(np.asarray(passage_doc)[order], np.arange(n_docs + 1))
 
 
 def written_keys(doc: Any) -> np.ndarray:
@@ -459,15 +395,6 @@ class Copies:
                     self._words[(of, i)] = got
                     self._words_held += len(got.words)
         return got
-
-
-def doc_keys(passage_key: np.ndarray, order: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    """(D,) int64: each document's key, the hash of its passages' keys in order (equal for documents whose passages
-    are copies, in order); ``order``, ``bounds``: the passages in document order and where each document's start."""
-    n_docs = len(bounds) - 1
-    keys = passage_key[order].tolist()
-    return np.fromiter((hash(tuple(keys[a:b])) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)),
-                       dtype=np.int64, count=n_docs)
 
 
 def non_space_before(text: str, at: int) -> int:

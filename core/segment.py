@@ -53,8 +53,8 @@ from typing import Any, overload
 import numpy as np
 
 from spanseek.core.chained import Chained, ChainedArray, TokenMap
+from spanseek.core.copy_table import doc_runs
 from spanseek.core.dense import merge_top
-from spanseek.core.duplicates import doc_runs
 from spanseek.core.faiss_spec import ivf_of
 from spanseek.core.fieldindex import FieldIndex, JoinedFieldIndex, run_positions
 from spanseek.core.flat_search import flat_vectors
