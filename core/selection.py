@@ -40,8 +40,9 @@ from __future__ import annotations
 import math
 import sys
 import threading
+import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -88,7 +89,8 @@ class Selection:
     token_share: the share of the index's tokens allowed.
     keep: what the selector reads through bare pointers (the bitmap's selector, the shared token map).
     made: the token-level forms made at the first search that reads them (``allowed_tokens``, ``allowed_ids``),
-        kept with the selection so that no later batch makes them again (``Selections`` charges their bytes).
+        kept with the selection so that no later batch makes them again.
+    charge: called with the selection when it has made one of them (``Selections`` charges its bytes then).
     """
 
     passages: np.ndarray | None
@@ -99,6 +101,7 @@ class Selection:
     token_share: float = 1.0
     keep: tuple[Any, ...] = ()
     made: dict[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
+    charge: Callable[[Selection], None] | None = field(default=None, compare=False, repr=False)
 
     @property
     def empty(self) -> bool:
@@ -115,26 +118,34 @@ class Selection:
         """(N,) bool: the tokens of ``index`` (this selection's) in allowed passages, None when every one is: what a
         flat scan masks its products with. Made at the first search that asks and kept (N bytes): each batch made it
         again from the token -> passage map (14 ms at 10M tokens, for a scan of a single question)."""
-        if self.passages is None:
+        passages = self.passages
+        if passages is None:
             return None
-        made = self.made.get("tokens")
-        if made is None:
-            made = self.made.setdefault("tokens", np.asarray(self.passages[index.token_passage], dtype=bool))
-        return made
+        return self._kept("tokens", lambda: np.asarray(passages[index.token_passage], dtype=bool))
 
     def allowed_ids(self, index: PhraseIndex) -> np.ndarray:
         """The ids of the tokens of ``index`` in allowed passages, ascending (every token's when all are), from the
         allowed passages' token ranges: what an exact search of a small selection scores (``selected_top``). Made at
         the first search that asks and kept (8 bytes an allowed token): each batch read the (N,) token -> passage map
         again (49 ms at 10M tokens)."""
-        made = self.made.get("ids")
-        if made is None:
+        def make() -> np.ndarray:
             ptok = index.passage_tokens
             passages = np.flatnonzero(self.passages) if self.passages is not None else np.arange(len(ptok) - 1)
             first, lengths = ptok[passages], ptok[passages + 1] - ptok[passages]
-            ids = np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(first - (np.cumsum(lengths) - lengths),
-                                                                            lengths)
-            made = self.made.setdefault("ids", ids)
+            return np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(first - (np.cumsum(lengths) - lengths),
+                                                                             lengths)
+
+        return self._kept("ids", make)
+
+    def _kept(self, name: str, make: Callable[[], np.ndarray]) -> np.ndarray:
+        """``made[name]``, made now if it is not yet (by ``make``; of two searches making it at once, both return the
+        one kept) and then charged (``charge``): a filter searched once holds it as long as it is kept, so its bytes
+        count from when it is made, not from the filter's next look-up."""
+        made = self.made.get(name)
+        if made is None:
+            made = self.made.setdefault(name, make())
+            if self.charge is not None:
+                self.charge(self)
         return made
 
 
@@ -441,18 +452,41 @@ class Selections:
         with self._lock:
             kept = self.recent.pop(flt, None)
             if kept is not None:
-                # the token forms a search made since it was charged (``Selection.made``) are charged now
-                grown = kept[0].nbytes - self._arrays[flt]
-                self._arrays[flt] += grown
-                self._charge(flt, kept[0], kept[1] + grown, kept[1])
+                self.recent[flt] = kept  # most recent last
                 return kept[0]
         sel = select(self.index, flt, self.layout)  # outside the lock: searches go on
+        sel = replace(sel, charge=self._charger(flt))
         cost = self.cost(flt, sel)
         with self._lock:
             old = self.recent.pop(flt, None)  # made meanwhile by another thread
             self._arrays[flt] = sel.nbytes
             self._charge(flt, sel, cost, old[1] if old is not None else 0)
         return sel
+
+    def _charger(self, flt: SearchFilter | None) -> Callable[[Selection], None]:
+        """What a selection kept for ``flt`` calls when it has made a token form (``Selection.made``): its bytes are
+        charged and the oldest selections dropped while over the budget. It holds the cache weakly, so a selection
+        does not keep its cache (and index) alive."""
+        cache = weakref.ref(self)
+
+        def charge(sel: Selection) -> None:
+            owner = cache()
+            if owner is not None:
+                owner._grown(flt, sel)
+
+        return charge
+
+    def _grown(self, flt: SearchFilter | None, sel: Selection) -> None:
+        """Charge the bytes ``sel`` (kept for ``flt``) has made since it was charged; nothing once it has been dropped
+        or replaced (its arrays then go with the searches that still hold it)."""
+        with self._lock:
+            kept = self.recent.get(flt)
+            if kept is None or kept[0] is not sel:
+                return
+            grown = sel.nbytes - self._arrays[flt]
+            self._arrays[flt] += grown
+            del self.recent[flt]
+            self._charge(flt, sel, kept[1] + grown, kept[1])
 
     def _charge(self, flt: SearchFilter | None, sel: Selection, cost: int, charged: int) -> None:
         """Keep ``sel`` for ``flt`` as the most recent at ``cost`` bytes (``charged`` of them already counted), and

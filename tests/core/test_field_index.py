@@ -16,6 +16,7 @@ import gc
 import random
 import sys
 import tracemalloc
+import weakref
 from types import SimpleNamespace
 
 import faiss
@@ -523,7 +524,7 @@ def test_the_cache_budget_counts_the_filters_it_keeps(docs):
 def test_a_selections_token_forms_are_made_once_and_charged_to_the_cache(docs, deleted):
     """The allowed tokens a flat scan masks with and the allowed ids an exact search scores are the token map's
     (oracle: each passage's tokens looked up one by one), made at the first search that asks and the same arrays
-    for every later batch; the cache charges their bytes at the next look-up and evicts by them."""
+    for every later batch; the cache charges their bytes as they are made and evicts by them."""
     index = fake_index(docs, deleted=deleted)
     filters = [SearchFilter.from_json({"must": [{"key": "year", "range": {"gte": 1990 + i}}]}) for i in range(3)]
     layout = Layout(index, index.units)  # type: ignore[arg-type]
@@ -540,11 +541,37 @@ def test_a_selections_token_forms_are_made_once_and_charged_to_the_cache(docs, d
         hash(flt)  # the key its equality goes by, made by the cache's first look-up, is part of its cost
     plain = [Selections.cost(f, select(index, f, layout)) for f in filters]  # type: ignore[arg-type]
     cache = Selections(index, index.units, max_bytes=sum(plain[:2]) + 64)  # type: ignore[arg-type]
-    for flt in filters[:2]:
-        cache.get(flt).allowed_tokens(index)  # type: ignore[arg-type]
-    assert list(cache.recent) == filters[:2] and cache.nbytes == sum(plain[:2])  # not charged yet
-    cache.get(filters[0])  # charged now: the two selections and their masks are over the budget
-    assert list(cache.recent) == filters[:1]
-    assert cache.nbytes == cache.recent[filters[0]][1] == plain[0] + index.num_tokens
+    cache.get(filters[0]).allowed_tokens(index)  # type: ignore[arg-type]
+    assert cache.nbytes == cache.recent[filters[0]][1] == plain[0] + index.num_tokens  # charged as it is made
+    cache.get(filters[1])  # the two selections and the first one's mask are over the budget
+    assert list(cache.recent) == filters[1:2] and cache.nbytes == plain[1]
+    cache.get(filters[1]).allowed_ids(index)  # type: ignore[arg-type]
+    assert cache.nbytes == cache.recent[filters[1]][1] == plain[1] + 8 * int(cache.get(filters[1]).passages[
+        index.token_passage].sum())
     cache.get(filters[2])
     assert cache.nbytes == sum(cost for _, cost in cache.recent.values()) <= cache.max_bytes
+
+
+def test_filters_searched_once_keep_their_token_forms_within_the_cache_budget(docs):
+    """Distinct filters each searched once (a flat scan's mask and an exact search's ids made by that search, the
+    filter never looked up again): what the kept selections hold, their token forms included, stays within the
+    budget, and a selection a search still holds does not keep its cache alive."""
+    index = fake_index(docs, deleted=[])
+    filters = [SearchFilter.from_json({"must": [{"key": "year", "range": {"gte": 1990 + i}}]}) for i in range(30)]
+    for flt in filters:
+        hash(flt)  # the key its equality goes by, made by the cache's first look-up, is part of its cost
+    one = Selections.cost(filters[0], select(index, filters[0], Layout(index, index.units)))  # type: ignore[arg-type]
+    cache = Selections(index, index.units, max_bytes=10 * one)  # type: ignore[arg-type]
+    for flt in filters:
+        sel = cache.get(flt)
+        sel.allowed_tokens(index)  # type: ignore[arg-type]
+        sel.allowed_ids(index)  # type: ignore[arg-type]
+        held = sum(Selections.cost(f, s) for f, (s, _) in cache.recent.items())
+        assert cache.nbytes == held <= cache.max_bytes, (held, cache.max_bytes)
+    gone = weakref.ref(cache)
+    gc.disable()  # freed as soon as it is unused, not at a later collection
+    try:
+        del cache
+        assert gone() is None and sel.allowed_ids(index) is sel.made["ids"]  # type: ignore[arg-type]
+    finally:
+        gc.enable()
