@@ -310,6 +310,41 @@ def test_flat_scan(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     assert report["same_hits"]["phrase/dense batch=1"]["lists"] == 9
 
 
+@smoke("bench/small_batches.py")
+@smoke("bench/batch_overheads.py")
+@pytest.mark.slow
+def test_batch_overheads_and_small_batches(tmp_path, squad_index, tiny_model_dir, tiny_squad):
+    """Both time ``search_vectors`` by batch size with the options they share; the per-batch costs' hits, written
+    and compared in the same run, are all identical, and its synthetic token map is timed at a small size."""
+    hits = tmp_path / "hits.json"
+    common = ("--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad, "--n-questions", 6,
+              "--timed-questions", 4, "--repeats", 1, "--units", "phrase", "doc", "--modes", "dense")
+    run_benches(
+        ("bench/batch_overheads.py", *common, "--batch-sizes", 1, 4, "--scale-tokens", 20_000, "--scale-passages", 500,
+         "--scale-docs", 100, "--scale-runs", 2, "--hits-out", hits, "--compare", hits,
+         "--out", tmp_path / "overheads.json"),
+        ("bench/small_batches.py", *common, "--batch-sizes", 1, 2, "--scan-rows", 2, "--scan-runs", 1,
+         "--out", tmp_path / "small.json"),
+    )
+    report = results(tmp_path / "overheads.json", "cpu", "synthetic.ms.allowed_token_mask",
+                     "synthetic.ms.unit_counts_doc", "runs.deleted/doc/dense/4.ms_per_batch", "identical_to.counts")
+    counts = report["identical_to"]["counts"]
+    assert set(counts) == {f"{s}/{u}/dense" for s in ("none", "filter", "deleted") for u in ("phrase", "doc")}
+    assert all(c == {"identical": 6, "questions": 6} for c in counts.values())
+    assert report["synthetic"]["selection_cached"] and positive(report["runs"]["filter/phrase/dense/1"]["ms_per_batch"])
+    results(tmp_path / "small.json", "cpu", "runs", "scan_runs")
+
+
+@smoke("bench/live_snapshot_cost.py")
+@pytest.mark.slow
+def test_live_snapshot_cost(tmp_path):
+    out = tmp_path / "live_snapshot_cost.json"
+    run_bench("bench/live_snapshot_cost.py", "--passages", 2000, "--segment", "10,20", "--tombstones", 5,
+              "--writes", 1, "--out", out)
+    rows = json.loads(out.read_text())
+    assert [r["segment_documents"] for r in rows] == [10, 20] and all(positive(r["snapshot_s"]) for r in rows)
+
+
 @smoke("bench/top_values.py")
 @pytest.mark.slow
 def test_top_values(tmp_path, squad_index, tiny_model_dir, tiny_squad):
