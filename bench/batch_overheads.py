@@ -16,7 +16,8 @@ On a synthetic token map (``--scale-tokens`` tokens in ``--scale-passages`` pass
 documents; random lengths and flags, no vectors: a flat index of 10M tokens would not fit a shared machine), the
 token-map work one batch's dense leg does besides its scan, with a tenth of the documents deleted, timed through
 the library's own code: the selection's allowed-token mask a flat scan is given, the allowed token ids an exact
-search of a small selection scores, and one deepening round's unit count (``DenseLeg.unit_counts``) for a batch of
+search of a small selection scores (of the first documents, up to ``EXACT_SELECTED_TOKENS`` tokens: a larger
+selection never makes them), and one deepening round's unit count (``DenseLeg.unit_counts``) for a batch of
 64 questions' 2 x 256 candidates. Each is the median of ``--scale-runs``. The same script runs on the code before
 and after a change: a library without a selection's cached forms makes them the way its searcher did, each batch.
 """
@@ -43,7 +44,7 @@ from spanseek.core.filters import SearchFilter  # noqa: E402
 from spanseek.core.io import load_squad, squad_questions, write_json_atomic  # noqa: E402
 from spanseek.core.loading import open_searcher  # noqa: E402
 from spanseek.core.params import SearchParams  # noqa: E402
-from spanseek.core.selection import Layout, select  # noqa: E402
+from spanseek.core.selection import EXACT_SELECTED_TOKENS, Layout, select  # noqa: E402
 from spanseek.core.text import FLAG_END, FLAG_START  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,16 +113,23 @@ def at_scale(args: argparse.Namespace) -> dict:
     """ms of each piece of a batch's token-map work on the synthetic token map (see the module docstring)."""
     index = synthetic(args.scale_tokens, args.scale_passages, args.scale_docs)
     units = {"passage": np.arange(args.scale_passages, dtype=np.int64), "doc": index.passage_doc}
-    sel = select(index, None, Layout(index, units))  # type: ignore[arg-type]
+    layout = Layout(index, units)  # type: ignore[arg-type]
+    sel = select(index, None, layout)  # type: ignore[arg-type]
+    # the ids are what an exact search of a small selection scores: one of at most EXACT_SELECTED_TOKENS tokens (a
+    # larger one is searched with the selector and never makes them), here the first documents that fit
+    small = SimpleNamespace(**{**vars(index), "deleted_docs": np.flatnonzero(
+        np.cumsum(layout.tokens_per_doc) > EXACT_SELECTED_TOKENS)})
+    few = select(small, None, layout)  # type: ignore[arg-type]
     cached = hasattr(sel, "allowed_tokens")  # else the searcher made them from the token map each batch
     mask = (lambda: sel.allowed_tokens(index)) if cached else (lambda: sel.passages[index.token_passage])
-    ids = (lambda: sel.allowed_ids(index)) if cached else (lambda: np.flatnonzero(sel.passages[index.token_passage]))
+    ids = (lambda: few.allowed_ids(index)) if cached else (lambda: np.flatnonzero(few.passages[index.token_passage]))
     spannable = _spannable(index, 16)
     leg = SimpleNamespace(index=index, spannable=lambda max_tokens: spannable)
     rng = np.random.default_rng(1)
     candidates = rng.integers(0, args.scale_tokens, (2 * 64, 256))
     out = {"tokens": args.scale_tokens, "passages": args.scale_passages, "docs": args.scale_docs,
-           "deleted_docs": len(index.deleted_docs), "runs": args.scale_runs, "selection_cached": cached,
+           "deleted_docs": len(index.deleted_docs), "ids_selection_tokens": int(few.passages[index.token_passage].sum()),
+           "runs": args.scale_runs, "selection_cached": cached,
            "ms": {"allowed_token_mask": median_ms(mask, args.scale_runs),
                   "allowed_token_ids": median_ms(ids, args.scale_runs)}}
     for unit, of_passage in units.items():

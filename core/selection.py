@@ -18,8 +18,9 @@ the first selection (an index with neither deletions nor filters never makes it)
 2M tokens 8% slower than with a token bitmap (faiss 1.15, one core). What a search reads per token is made from
 the selection at the first search that reads it and kept with it (``Selection.allowed_tokens``: the (N,) mask a flat
 scan, which scores every token of each batch anyway, masks with; ``Selection.allowed_ids``: the tokens an exact search
-of a small selection scores), so no later batch of the same filter makes it again: made each batch, the mask took
-14 ms and the ids 49 ms at 10M tokens, whatever the batch.
+of a small selection scores), so no later batch of the same filter makes it again: made each batch, from the whole
+(N,) map whatever the batch and however few tokens are allowed, the mask took 6-12 ms and the ids of a selection
+small enough to be scored whole 7-12 ms at 10M tokens (``bench/batch_overheads.py``, 2 shared AMD EPYC cores).
 
 Deleted documents and filters select whole documents, so every span (which never crosses a passage) of an allowed
 token lies in an allowed passage.
@@ -117,7 +118,7 @@ class Selection:
     def allowed_tokens(self, index: PhraseIndex) -> np.ndarray | None:
         """(N,) bool: the tokens of ``index`` (this selection's) in allowed passages, None when every one is: what a
         flat scan masks its products with. Made at the first search that asks and kept (N bytes): each batch made it
-        again from the token -> passage map (14 ms at 10M tokens, for a scan of a single question)."""
+        again from the token -> passage map (6-12 ms at 10M tokens, for a scan of a single question)."""
         passages = self.passages
         if passages is None:
             return None
@@ -127,7 +128,7 @@ class Selection:
         """The ids of the tokens of ``index`` in allowed passages, ascending (every token's when all are), from the
         allowed passages' token ranges: what an exact search of a small selection scores (``selected_top``). Made at
         the first search that asks and kept (8 bytes an allowed token): each batch read the (N,) token -> passage map
-        again (49 ms at 10M tokens)."""
+        again (7-12 ms at 10M tokens, for a selection of 65k)."""
         def make() -> np.ndarray:
             ptok = index.passage_tokens
             passages = np.flatnonzero(self.passages) if self.passages is not None else np.arange(len(ptok) - 1)

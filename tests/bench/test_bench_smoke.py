@@ -26,6 +26,8 @@ import numpy as np
 import pytest
 import torch
 
+from spanseek.core.selection import EXACT_SELECTED_TOKENS
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ["README.md", "bench/README.md", "docs/*.md", "core/models/*/README.md"]
 CITED = re.compile(r"(?<![\w/])bench/[a-z_0-9/]+\.(?:py|sh)")  # not tests/bench/...
@@ -320,8 +322,8 @@ def test_batch_overheads_and_small_batches(tmp_path, squad_index, tiny_model_dir
     common = ("--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad, "--n-questions", 6,
               "--timed-questions", 4, "--repeats", 1, "--units", "phrase", "doc", "--modes", "dense")
     run_benches(
-        ("bench/batch_overheads.py", *common, "--batch-sizes", 1, 4, "--scale-tokens", 20_000, "--scale-passages", 500,
-         "--scale-docs", 100, "--scale-runs", 2, "--hits-out", hits, "--compare", hits,
+        ("bench/batch_overheads.py", *common, "--batch-sizes", 1, 4, "--scale-tokens", 200_000, "--scale-passages", 5000,
+         "--scale-docs", 1000, "--scale-runs", 2, "--hits-out", hits, "--compare", hits,
          "--out", tmp_path / "overheads.json"),
         ("bench/small_batches.py", *common, "--batch-sizes", 1, 2, "--scan-rows", 2, "--scan-runs", 1,
          "--out", tmp_path / "small.json"),
@@ -332,6 +334,8 @@ def test_batch_overheads_and_small_batches(tmp_path, squad_index, tiny_model_dir
     assert set(counts) == {f"{s}/{u}/dense" for s in ("none", "filter", "deleted") for u in ("phrase", "doc")}
     assert all(c == {"identical": 6, "questions": 6} for c in counts.values())
     assert report["synthetic"]["selection_cached"] and positive(report["runs"]["filter/phrase/dense/1"]["ms_per_batch"])
+    # the allowed ids are timed for a selection an exact search scores whole, not for one that never makes them
+    assert 0 < report["synthetic"]["ids_selection_tokens"] <= EXACT_SELECTED_TOKENS < 200_000
     results(tmp_path / "small.json", "cpu", "runs", "scan_runs")
 
 
