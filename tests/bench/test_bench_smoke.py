@@ -189,42 +189,6 @@ def test_search_throughput(tmp_path, tiny_model_dir, tiny_index, tiny_squad):
     assert r["questions"] == 8 and all(positive(u["ratio"]) for u in r["units"].values())
 
 
-@smoke("bench/small_batches.py")
-def test_small_batches(tmp_path, tiny_model_dir, squad_index, tiny_squad):
-    common = ("--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad, "--n-questions", 6,
-              "--timed-questions", 6, "--batch-sizes", 1, 3, "--units", "phrase", "doc", "--modes", "hybrid",
-              "--repeats", 1)
-    run_bench("bench/small_batches.py", *common, "--scan-rows", 2, "--scan-runs", 1, "--hits-out",
-              tmp_path / "hits.json", "--out", tmp_path / "first.json")
-    r = results(tmp_path / "first.json", "runs", "scan_products", "batch_vs_alone", "load_average")
-    assert set(r["runs"]) == {"phrase/hybrid/1", "phrase/hybrid/3", "doc/hybrid/1", "doc/hybrid/3"}
-    assert all(positive(run["ms_per_batch"]) for run in r["runs"].values())
-    run_bench("bench/small_batches.py", *common, "--compare", tmp_path / "hits.json", "--out", tmp_path / "again.json")
-    again = results(tmp_path / "again.json", "identical_to")
-    assert again["identical_to"]["counts"]  # the same index, model and questions: compared run by run
-
-
-@smoke("bench/batch_overheads.py")
-def test_batch_overheads(tmp_path, tiny_model_dir, squad_index, tiny_squad):
-    run_bench("bench/batch_overheads.py", "--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
-              "--n-questions", 4, "--timed-questions", 4, "--batch-sizes", 1, 4, "--units", "passage",
-              "--modes", "dense", "--repeats", 1, "--scale-tokens", 20_000, "--scale-passages", 1_000,
-              "--scale-docs", 200, "--scale-runs", 1, "--out", tmp_path / "overheads.json")
-    r = results(tmp_path / "overheads.json", "synthetic.ms", "runs", "load_average")
-    assert r["runs"] and all(positive(run["ms_per_batch"]) for run in r["runs"].values())
-    assert r["synthetic"]["tokens"] == 20_000
-
-
-@smoke("bench/live_snapshot_cost.py")
-def test_live_snapshot_cost(tmp_path):
-    run_bench("bench/live_snapshot_cost.py", "--passages", 2_000, "--segment", "0,20", "--tombstones", 5,
-              "--writes", 1, "--out", tmp_path / "snapshots.json")
-    rows = json.loads((tmp_path / "snapshots.json").read_text())
-    assert [row["segment_documents"] for row in rows] == [0, 20]
-    assert all(math.isfinite(row[key]) and row[key] >= 0 for row in rows
-               for key in ("snapshot_s", "lexical_s", "segment_scan_s", "searcher_s", "token_map_s"))
-
-
 @smoke("bench/live_search.py")
 @pytest.mark.slow
 def test_live_search(tmp_path, tiny_model_dir, squad_index, tiny_squad):
