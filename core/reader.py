@@ -140,11 +140,13 @@ def make_windows(tokenizer, config: ReaderConfig, questions: list[str], passages
     put a separator or padding token inside the pair."""
     if not questions:
         return Windows([], np.zeros(0, np.int64), [], None)
-    q_ids = tokenizer(questions, add_special_tokens=False, truncation=True, max_length=config.max_query_len,
-                      return_offsets_mapping=True, split_special_tokens=True)
-    # each question cut after its last token kept, so the pair budget holds (decoded ids would spell a character
-    # the vocabulary lacks, an emoji, as the text "[UNK]")
-    questions = [q[: off[-1][1]] if off else "" for q, off in zip(questions, q_ids["offset_mapping"], strict=True)]
+    limit = config.max_query_len
+    q_off = tokenizer(questions, add_special_tokens=False, truncation=True, max_length=limit + 1,
+                      return_offsets_mapping=True, split_special_tokens=True)["offset_mapping"]
+    # a long question cut where its first token past ``limit`` starts, so the pair budget holds (decoded ids would
+    # spell a character the vocabulary lacks, an emoji, as the text "[UNK]"); a character cut into tokens on both
+    # sides of the limit (a Hangul syllable's letters) is left out whole, as its text cannot be cut between them
+    questions = [q[: off[limit][0]] if len(off) > limit else q for q, off in zip(questions, q_off, strict=True)]
     enc = tokenizer(questions, passages, truncation="only_second", max_length=config.max_len, stride=config.stride,
                     return_overflowing_tokens=True, return_offsets_mapping=True, padding=False,
                     split_special_tokens=True)

@@ -144,6 +144,24 @@ def test_text_that_spells_a_special_token_is_read_as_text(tiny_reader):
     assert ids.tolist().index(tok.sep_token_id) == 1 + reader.config.max_query_len
 
 
+def test_a_long_question_keeps_at_most_max_query_len_tokens_where_a_character_is_several(tiny_reader):
+    """A character the tokenizer cuts into several tokens (a Hangul syllable: its letters) across the question's
+    token limit is left out whole, so the pair never holds more than ``max_query_len`` question tokens; one that fits
+    under the limit is kept whole."""
+    reader = PassageReader.load(tiny_reader)
+    tok, n = reader.tokenizer, reader.config.max_query_len
+    assert len(tok("생", add_special_tokens=False)["input_ids"]) == 3
+
+    def question_ids(question: str) -> list[int]:
+        [ids] = make_windows(tok, reader.config, [question], ["The castle."]).ids
+        return ids.tolist()[1: ids.tolist().index(tok.sep_token_id)]
+
+    for words in (n - 1, n - 2):  # the syllable's letters on both sides of the limit
+        assert question_ids("who " * words + "생 built it?") == tok("who " * words, add_special_tokens=False)["input_ids"]
+    fits = "who " * (n - 3) + "생"
+    assert question_ids(fits + " built it?") == tok(fits, add_special_tokens=False)["input_ids"]
+
+
 def test_long_passages_read_in_windows_give_the_best_span_over_them(tiny_reader):
     reader = reader_with(tiny_reader, max_len=40, stride=8)
     question = "who rebuilt the tower?"
