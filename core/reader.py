@@ -14,6 +14,7 @@ MiniLM-L6 is about 22 MB. ``resolve_reader("default")`` gives the reader shipped
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -42,6 +43,10 @@ MAX_BATCH_TOKENS = 4096
 # EPYC, medians of 12 alternating) took 5.86 s at 4,096 tokens a pass, 4.97 at 2,048, 4.50 at 1,024, 4.03 at 512
 # and 768, 4.09 at 384, 4.30 at 256 (torch on the same CPU: 5.35 at 4,096, 4.87 at 1,024, 4.98 at 512)
 ONNX_BATCH_TOKENS = 512
+# held around a window's two tokenizer calls: a fast tokenizer keeps its truncation settings on itself, so two
+# threads tokenising with the same one at once (a searcher called from several threads) could cut each other's
+# windows with the other call's settings
+_TOKENIZING = threading.Lock()
 FROZEN = "word_embeddings"  # parameters whose name holds this are never trained and never saved
 
 
@@ -140,6 +145,12 @@ def make_windows(tokenizer, config: ReaderConfig, questions: list[str], passages
     put a separator or padding token inside the pair."""
     if not questions:
         return Windows([], np.zeros(0, np.int64), [], None)
+    with _TOKENIZING:
+        return _windows(tokenizer, config, questions, passages)
+
+
+def _windows(tokenizer, config: ReaderConfig, questions: list[str], passages: list[str]) -> Windows:
+    """``make_windows``' work, under its lock."""
     limit = config.max_query_len
     q_off = tokenizer(questions, add_special_tokens=False, truncation=True, max_length=limit + 1,
                       return_offsets_mapping=True, split_special_tokens=True)["offset_mapping"]

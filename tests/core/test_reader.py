@@ -634,3 +634,43 @@ def test_a_searcher_over_the_next_index_version_remembers_the_reads_of_the_last(
     assert len(pairs) == 2
     after = searcher_over(reading_searcher, reading_searcher.index).search(QUESTIONS[:1], params)
     assert len(pairs) == 2 and after == before
+
+
+def test_windows_made_in_two_threads_at_once_never_share_their_tokenizer_calls(tiny_reader):
+    """A fast tokenizer keeps its truncation settings on itself: two threads making windows with one reader at once
+    cut each other's windows with the other call's settings (a searcher called from several threads). The calls of
+    one window never overlap another's; each thread gets the windows it gets alone."""
+    import threading
+    import time
+
+    reader = PassageReader.load(tiny_reader)
+    inside = {"now": 0, "most": 0}
+
+    class Watched:  # the reader's tokenizer, counting the calls under way at once
+        def __init__(self, tokenizer):
+            self.tokenizer = tokenizer
+
+        def __getattr__(self, name):
+            return getattr(self.tokenizer, name)
+
+        def __call__(self, *args, **kwargs):
+            inside["now"] += 1
+            inside["most"] = max(inside["most"], inside["now"])
+            time.sleep(0.02)  # long enough for the other thread to come in
+            try:
+                return self.tokenizer(*args, **kwargs)
+            finally:
+                inside["now"] -= 1
+
+    questions, passages = ["Who built the bridge?"] * 3, ["In 1450 Gala built the harbour bridge. " * 40] * 3
+    alone = make_windows(reader.tokenizer, reader.config, questions, passages)
+    watched, got = Watched(reader.tokenizer), []
+    threads = [threading.Thread(target=lambda: got.append(make_windows(watched, reader.config, questions, passages)))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert inside["most"] == 1
+    assert len(got) == 4 and all(len(w.ids) == len(alone.ids) and all(
+        np.array_equal(a, b) for a, b in zip(w.ids, alone.ids, strict=True)) for w in got)
