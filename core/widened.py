@@ -15,8 +15,8 @@ float32 values, in one contiguous (S, d) matrix.
 
 Memory: the buffer holds 4 bytes a dimension of each segment token (twice its float16 vectors), with room to grow to
 twice that, and never more than ``WIDENED_BYTES``; a segment past it (``merge_tokens`` keeps a segment smaller: 200,000
-tokens of 384 dimensions take 307 MB) is widened at each batch, as before. A merge starts a new base, and the buffer
-goes with the old one.
+tokens of 384 dimensions take 307 MB) is widened at each batch, as before, and the buffer lets its rows and documents
+go. A merge starts a new base, and the buffer goes with the old one.
 """
 
 from __future__ import annotations
@@ -47,9 +47,10 @@ class WidenedRows:
         """(S, d) float32: the vectors of ``segment``'s documents (each ``.vectors``: (n, d) float16), in order, a
         view of the buffer; None where they would take more than the buffer may (the caller widens them itself)."""
         total = sum(len(doc.vectors) for doc in segment)
-        if total > self.max_rows:
-            return None
         with self._lock:
+            if total > self.max_rows:  # widened by the caller: the rows held are let go, and the documents they
+                self._start_over((), 0)  # hold (replaced or deleted ones among them); snapshots reading them keep theirs
+                return None
             held = len(self.docs)
             if not (held <= len(segment) and all(a is b for a, b in zip(self.docs, segment, strict=False))):
                 self._start_over(segment, total)  # one of its documents left the segment

@@ -587,3 +587,28 @@ def test_a_write_hashes_its_own_document_s_passages_for_the_table_of_copies(monk
         live = LiveIndex(base, segment[:k], np.zeros(0, np.int64), empty_like(base.faiss), None)
         duplicates.Copies.of(live, live.passage_doc)
     assert sorted(hashed) == sorted(q["text"] for doc in segment for q in doc.passages)
+
+
+def test_a_segment_past_the_widened_rows_bytes_holds_no_rows_nor_documents_that_left_it():
+    """Once a segment's float32 vectors would take more than the widened rows may, each snapshot widens its own, and
+    the shared rows let go of their buffer and of the documents they held: a written document deleted or replaced
+    since is no longer kept alive by them (they held both until the next merge)."""
+    import gc
+    import weakref
+
+    from spanseek.core.widened import WidenedRows
+
+    rng = random.Random(0)
+    rows = WidenedRows(DIM, max_bytes=4 * DIM * 12)  # room for 12 rows
+    segment = [encoded({"id": f"n{i}", "title": "n"}, rng) for i in range(3)]  # 2 or 4 rows each
+    first = rows.rows_of(segment)
+    assert first is not None and np.array_equal(first, np.concatenate([d.vectors for d in segment]).astype(np.float32))
+    gone = weakref.ref(segment[0])
+    segment = segment[1:] + [encoded({"id": f"m{i}", "title": "n"}, rng) for i in range(6)]  # n0 deleted; 14+ rows
+    assert rows.rows_of(segment) is None
+    assert rows.buffer.nbytes == 0 and not rows.docs
+    del first
+    gc.collect()
+    assert gone() is None
+    kept = segment[:2]  # back under the bytes: widened again, from the float16 vectors
+    assert np.array_equal(rows.rows_of(kept), np.concatenate([d.vectors for d in kept]).astype(np.float32))
