@@ -275,9 +275,12 @@ def _verified_live_dir(flag: str | None, index: str) -> str | None:
 
 
 def _verify(args: argparse.Namespace) -> int:
+    from spanseek.core.io import given_path
     from spanseek.indexer.verify import verify_index
 
     index = _index_of(args, checked=False)
+    if args.live_dir is not None:  # one named that is not there (a typo) is refused, not verified as no live directory
+        given_path(args.live_dir, "--live-dir")
     report = verify_index(index, sample=args.sample, k=args.k, nprobe=args.nprobe,
                           live_dir=_verified_live_dir(args.live_dir, index))
     print(json.dumps(report, indent=2))
@@ -588,7 +591,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nprobe", type=_positive_int, default=None, help="IVF lists probed (default: the index's)")
     p.add_argument("--live-dir", default=None, help="the live directory of a server with writes over the index, "
                    f"checked where it holds a server's state.json (default: {LIVE_DIR_ENV} where the index is the one "
-                   "SPANSEEK_INDEX names, as `spanseek serve` reads them, else the index path + '.live')")
+                   "SPANSEEK_INDEX names, as `spanseek serve` reads them, else the index path + '.live'; one given "
+                   "that does not exist is refused)")
     p.set_defaults(func=_verify)
 
     p = index.add_parser("switch", help="point an alias (symlink or pointer file) at an index, atomically; a "

@@ -229,6 +229,7 @@ FAILURES = [
     (["index", "build", "--corpus", "{missing}", "--out", "{tmp}/i"], "{missing}"),
     (["index", "verify", "{tmp}", "--sample", "0"], "argument --sample"),
     (["index", "verify", "{tmp}", "--index", "{tmp}"], "the index is given twice"),
+    (["index", "verify", "{tmp}", "--live-dir", "{missing}"], "--live-dir {missing}: No such file or directory"),
     (["index", "export", "--index", "{missing}", "--out", "{tmp}/c.jsonl"], "--index {missing}: no such index directory"),
     (["index", "add-lexical", "--index", "{missing}"], "--index {missing}: no such index directory"),
     (["index", "delete", "--index", "{tmp}"], "--ids"),
