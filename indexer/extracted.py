@@ -9,7 +9,7 @@ and the limits on what a file's compressed parts may expand to (``zip_bomb``). T
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,6 +137,12 @@ class Sections:
         self._last_level = level
         self.texts.append(text)
         self.paths.append(self._open)
+
+    def rewrite(self, change: Callable[[str], str]) -> None:
+        """Each paragraph's and heading's text changed by ``change`` (a text that could not be read where it was added,
+        filled in when it is known)."""
+        self.texts = [change(text) for text in self.texts]
+        self.paths = [tuple((level, change(heading)) for level, heading in path) for path in self.paths]
 
     def extracted(self, title: str | None, meta: dict[str, Any], title_heading: str | None = None) -> Extracted:
         first = next((path[0] for path in self.paths if path), None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
 
@@ -74,6 +75,25 @@ _HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
 LINE_END = re.compile(r"\r\n?")  # Windows and old Mac line ends, made "\n" before Markdown and text are read
 
 
+# an item's marker in a reversed list with no ``start``, which counts down from its number of items, known only at its
+# end: held in the text as the marker's index between two of this noncharacter (which no text holds: the page's own
+# are dropped), and filled in when the list ends (``_HTMLText.close``)
+_PENDING = "\ufdd1"
+_PENDING_MARKER = re.compile(f"{_PENDING}(\\d+){_PENDING}")
+
+
+@dataclass
+class _OrderedList:
+    """An open ordered list (<ol>) of the streaming reader: its attributes, its last item's number (None where it
+    cannot be known yet: reversed, with no start), its items so far and the indexes of its items' pending markers
+    (``_PENDING``: its first items, before any with a ``value``)."""
+
+    attrs: Mapping[str, str | None]
+    number: int | None
+    items: int = 0
+    pending: list[int] = field(default_factory=list)
+
+
 def _apart(tag: str, attrs: Mapping[str, str | None]) -> bool:
     """Whether an element is a control a reader sees apart from the text beside it (``_APART``)."""
     return tag in _APART or bool(_APART_ROLES.intersection((attrs.get("role") or "").lower().split()))
@@ -120,10 +140,9 @@ class _HTMLText(HTMLParser):
         self._overrides: list[str] = []
         self._bdo: list[tuple[str, bool]] = []
         self._sup = 0  # open <sup> elements
-        # the open lists, innermost last: an ordered one's attributes and its last item's number (None where it
-        # cannot be known: reversed, with no start), None for an unordered one
-        self._lists: list[tuple[Mapping[str, str | None], list[int | None]] | None] = []
+        self._lists: list[_OrderedList | None] = []  # the open lists, innermost last (None: an unordered one)
         self._marker = ""  # an ordered list's item's marker ("2. "), read before the item's first text
+        self._markers: list[str] = []  # the markers of reversed lists' items (``_PENDING``), known at their lists' ends
         self.hidden_text = 0  # the characters (but spaces) of text not read because a browser hides it
 
     def _flush(self, level: int = 0) -> None:
@@ -239,15 +258,29 @@ class _HTMLText(HTMLParser):
             self._in_title_paragraph = tag == "p" and self.title_paragraph is None and "title" in (
                 named.get("class") or "").split()
         if tag in ("ol", "ul", "menu"):
-            self._lists.append((named, [list_start(named, None)]) if tag == "ol" else None)
+            self._lists.append(_OrderedList(named, list_start(named, None)) if tag == "ol" else None)
         elif tag == "input" and (box := check_box(named)) and not self._skip and (
                 self.read_hidden or not hidden_element(named)):  # (a void element: ``_hide`` passes it)
             self.handle_data(box)
         elif tag == "li" and self._lists and (ordered := self._lists[-1]) is not None:
-            attrs_, (number,) = ordered[0], ordered[1]
-            number = item_number(named, attrs_, number)
-            ordered[1][0] = number
-            self._marker = list_marker(number, attrs_) if number is not None and not self._skip else ""
+            ordered.number = item_number(named, ordered.attrs, ordered.number)
+            ordered.items += 1
+            if self._skip:
+                self._marker = ""
+            elif ordered.number is not None:
+                self._marker = list_marker(ordered.number, ordered.attrs)
+            else:  # counting down from its list's items, not all read yet
+                ordered.pending.append(len(self._markers))
+                self._marker = f"{_PENDING}{len(self._markers)}{_PENDING}"
+                self._markers.append("")
+
+    def _end_list(self) -> None:
+        """The innermost open list ends: the markers of its items that count down from its number of items are known
+        (as a browser numbers them, the first item that number, each next one less)."""
+        ordered = self._lists.pop()
+        if ordered is not None:
+            for k, index in enumerate(ordered.pending):
+                self._markers[index] = list_marker(ordered.items - k, ordered.attrs)
 
     def handle_endtag(self, tag: str) -> None:
         if self._hidden:
@@ -263,7 +296,7 @@ class _HTMLText(HTMLParser):
         if tag in ("ol", "ul", "menu", "li"):
             self._marker = ""  # (an item with no text)
             if tag != "li" and self._lists:
-                self._lists.pop()
+                self._end_list()
         if tag == "a" and self._links:
             attrs, within, start, (superscript,) = self._links.pop()
             if within is self._text() and unread_link(attrs, "".join(within[start:]), superscript):
@@ -303,6 +336,7 @@ class _HTMLText(HTMLParser):
         if self._in_title:
             self._title_buf.append(data)
         elif not self._skip and not self._hidden:
+            data = data.replace(_PENDING, "") if _PENDING in data else data
             if self._marker and data.strip():
                 self._text().append(self._marker)
                 self._marker = ""
@@ -326,6 +360,16 @@ class _HTMLText(HTMLParser):
         while self._tables:  # tables left open end with the document
             self._table_tag("table", False, [])
         self._flush()
+        while self._lists:  # as do lists
+            self._end_list()
+        if self._markers:
+            def filled(text: str) -> str:
+                return _PENDING_MARKER.sub(lambda found: self._markers[int(found.group(1))], text)
+
+            self.text.rewrite(filled)
+            self.first_heading, self.first_h1, self.title_paragraph = (
+                None if text is None else filled(text)
+                for text in (self.first_heading, self.first_h1, self.title_paragraph))
 
 
 def extract_html(source: str, where: str = "<html>") -> Extracted:

@@ -301,6 +301,10 @@ def test_a_task_list_item_reads_its_box_and_its_text():
     ("<ol start=3 type=a><li>x<li value=9>y<li>z</ol>", ["c. x", "i. y", "j. z"]),
     ("<ol type=I start=4><li>x<li hidden>h<li>y</ol>", ["IV. x", "V. y"]),  # (a hidden item is not counted)
     ("<ol reversed start=2><li>x<li>y</ol>", ["2. x", "1. y"]),
+    # reversed with no start: down from its number of items, which a page read whole and Markdown learn only at its
+    # end (they read it unnumbered), an item's value going on from there; a reversed list inside one counts its own
+    ("<ol reversed><li>x<li>y<li value=7>z<li>w</ol>", ["4. x", "3. y", "7. z", "6. w"]),
+    ("<ol reversed><li>x<ol reversed type=a><li>y<li>z</ol><li>w</ol>", ["2. x", "b. y", "a. z", "1. w"]),
     # a start or value read as a browser reads an integer, what follows its digits passed over; one that is no number
     # ("--5") counts on from the item before (it raised ValueError)
     ("<ol start=' 2nd'><li value='--5'>x<li value='+7 '>y<li>z</ol>", ["2. x", "7. y", "8. z"]),
