@@ -3,10 +3,10 @@ reads the page's main content from it: what trafilatura would read otherwise tha
 first. Tables: header rows stacked under a group's name (``_stack_header_rows``), spans clamped and split so that
 each cell keeps its column (``_clamp_spans``, ``_split_header_spans``, ``_split_row_spans``), a table nested in a
 cell read in its line (``_nested_tables_inline``); tabs, figures and <pre> read as text and code
-(``_tabs_as_text``, ``_figures_as_text``, ``_pre_as_code``); and a <bdo>'s text as shown (``_bdo_as_shown``).
-an ordered list's items numbered as a browser numbers them (``_list_numbers``). ``ready_for_main_content`` runs
-them in order; a check box reads as the box shown (``check_box``). Also the element rules both HTML readers share: tables' parts
-(``CELL``, ``ROW_GROUPS``, ``TABLE``, ``cell_span``), a <bdo>'s override (``bdo_override``), what a browser hides
+(``_tabs_as_text``, ``_figures_as_text``, ``_pre_as_code``); a <bdo>'s text as shown (``_bdo_as_shown``); an ordered
+list's items numbered, a check box's state, a <q>'s quotation marks and a ruby annotation set in the text as a
+browser shows them (``indexer.html_shown``). ``ready_for_main_content`` runs them in order. Also the element rules
+both HTML readers share: tables' parts (``CELL``, ``ROW_GROUPS``, ``TABLE``, ``cell_span``), a <bdo>'s override (``bdo_override``), what a browser hides
 (``hidden_element``, ``SHOWN_LATER``), the links a reader passes over (``unread_link``), text as one line
 (``one_line``) and a code block's lines (``code_lines``).
 
@@ -20,9 +20,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from spanseek.indexer.extracted import HEADER_LEVELS, stacked_names
-from spanseek.indexer.markdown_render import TASK_MARKS
+from spanseek.indexer.html_shown import check_boxes_as_text, list_numbers, quotes_and_ruby_as_text
 from spanseek.indexer.pdf_blocks import LTR_OVERRIDE, POP_OVERRIDE, RTL_OVERRIDE, overrides_read
-from spanseek.indexer.word_numbering import roman
 
 # Elements that end a paragraph where they start and where they end (and a line a <bdo> lays out: ``_bdo_as_shown``).
 BLOCK = {
@@ -399,92 +398,6 @@ def _spaced(text: str | None, pre: bool = False) -> str:
     return text if pre else text.replace("\n", " ")
 
 
-def list_start(attrs: Mapping[str, str | None], items: int | None) -> int | None:
-    """The number before an ordered list's first item (<ol>'s ``start``, less one; counting down from its
-    ``items`` where it is ``reversed``), None where it cannot be known (reversed, its items not counted yet)."""
-    given = html_integer(attrs.get("start"))
-    if "reversed" in attrs:
-        return None if given is None and items is None else (items if given is None else given) + 1
-    return (1 if given is None else given) - 1
-
-
-def item_number(attrs: Mapping[str, str | None], list_attrs: Mapping[str, str | None], before: int | None) -> int | None:
-    """An ordered list's item's number: its ``value``, else one more than the number ``before`` it (``list_start``
-    for the first item), one less where the list (``list_attrs``) is ``reversed``; None where neither is known."""
-    value = html_integer(attrs.get("value"))
-    if value is not None or before is None:
-        return value
-    return before + (-1 if "reversed" in list_attrs else 1)
-
-
-# an <ol>'s start or an <li>'s value as a browser reads an integer (HTML's rules for parsing integers): spaces, a
-# sign, digits, and whatever follows them ignored (" 3rd" is 3); none ("--5", "x") or more than 9 digits is no number
-_HTML_INTEGER = re.compile(r"[ \t\n\f\r]*([-+]?[0-9]{1,9})(?![0-9])")
-
-
-def html_integer(value: str | None) -> int | None:
-    """An attribute's value as HTML reads an integer (``_HTML_INTEGER``), None where it holds none."""
-    found = _HTML_INTEGER.match(value or "")
-    return int(found.group(1)) if found else None
-
-
-def list_marker(number: int, attrs: Mapping[str, str | None]) -> str:
-    """An ordered list's item's marker as a browser shows it: its ``number`` in the list's ``type`` ("3.", "c.",
-    "C.", "iii.", "III."; decimal for a number no letter or numeral stands for), and the space after it."""
-    kind = (attrs.get("type") or "1").strip()
-    shown = str(number)
-    if number > 0 and kind in ("a", "A"):
-        shown, left = "", number
-        while left:  # a to z, then aa, ab, ...
-            left, letter = divmod(left - 1, 26)
-            shown = chr(ord("a") + letter) + shown
-    elif 0 < number < 4000 and kind in ("i", "I"):
-        shown = roman(number)
-    return f"{shown.upper() if kind.isupper() else shown}. "
-
-
-def _list_numbers(tree: Any) -> None:
-    """Each item of an ordered list (<ol>) numbered as a browser shows it ("1. Open the valve"), from the list's
-    ``start``, down where it is ``reversed``, an item's ``value`` setting its number; trafilatura drops the numbers."""
-    for ol in tree.iter("ol"):
-        items = [li for li in ol.iterchildren("li")]
-        number = list_start(ol.attrib, len(items))
-        for li in items:
-            number = item_number(li.attrib, ol.attrib, number)
-            _before_text(li, list_marker(number, ol.attrib))
-
-
-def _before_text(element: Any, marker: str) -> None:
-    """``marker`` set before the first text in ``element`` (a list item's paragraph's: "1." read alone, apart from
-    the text of a <p> in its item), or in it where it has none."""
-    from lxml import etree
-
-    for event, el in etree.iterwalk(element, events=("start", "end")):
-        if event == "start" and (el.text or "").strip():
-            el.text = marker + el.text
-            return
-        if event == "end" and el is not element and (el.tail or "").strip():
-            el.tail = marker + el.tail
-            return
-    element.text = marker + (element.text or "")
-
-
-def check_box(attrs: Mapping[str, str | None]) -> str:
-    """The text an <input> shows where it is a check box (a task list's, as GitHub and MkDocs render "- [x] item"):
-    "☒ " ticked, "☐ " not, as a Markdown task list item's mark reads; "" for any other input."""
-    if (attrs.get("type") or "").strip().lower() != "checkbox":
-        return ""
-    return TASK_MARKS["x" if "checked" in attrs else " "] + " "
-
-
-def _check_boxes_as_text(tree: Any) -> None:
-    """Each check box read as the box shown (``check_box``): trafilatura drops inputs, and a rendered task list's
-    items read without their state."""
-    for box in [el for el in tree.iter("input") if check_box(el.attrib)]:
-        box.tail = check_box(box.attrib) + (box.tail or "").lstrip()
-        box.drop_tree()  # (its tail stays)
-
-
 def ready_for_main_content(tree: Any) -> None:
     """``tree`` rewritten for trafilatura (the module's docstring), in place."""
     _bdo_as_shown(tree)
@@ -496,5 +409,6 @@ def ready_for_main_content(tree: Any) -> None:
     _pre_as_code(tree)
     _figures_as_text(tree)
     _tabs_as_text(tree)
-    _check_boxes_as_text(tree)
-    _list_numbers(tree)
+    check_boxes_as_text(tree)
+    quotes_and_ruby_as_text(tree)
+    list_numbers(tree)

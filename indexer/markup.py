@@ -22,6 +22,14 @@ from spanseek.indexer.extracted import (
 )
 from spanseek.indexer.front_matter import front_matter
 from spanseek.indexer.html_main import MAIN_SHARE, main_content
+from spanseek.indexer.html_shown import (
+    RUBY_BRACKETS,
+    check_box,
+    item_number,
+    list_marker,
+    list_start,
+    quote_marks,
+)
 from spanseek.indexer.html_tables import Table
 from spanseek.indexer.html_tree import (
     BLOCK,
@@ -30,12 +38,8 @@ from spanseek.indexer.html_tree import (
     TABLE,
     bdo_override,
     cell_span,
-    check_box,
     code_lines,
     hidden_element,
-    item_number,
-    list_marker,
-    list_start,
     one_line,
     unread_link,
 )
@@ -48,7 +52,9 @@ from spanseek.indexer.pdf_blocks import (
 # Elements whose text is not content: code and media; and in an HTML page (not Markdown's HTML) its navigation,
 # asides and footer (boilerplate, as trafilatura drops it, where its main content is not read)
 # (and text marked as deleted, <del>: an edit's removed text, as Word's tracked deletions are left out)
-_SKIP = {"script", "style", "noscript", "template", "svg", "canvas", "iframe", "object", "head", "del"}
+# (and a ruby annotation's <rp>, the brackets a browser shows around it where it cannot set it above its base: it reads
+# in ``RUBY_BRACKETS`` whether or not the page gives them)
+_SKIP = {"script", "style", "noscript", "template", "svg", "canvas", "iframe", "object", "head", "del", "rp"}
 _BOILERPLATE = {"nav", "aside", "footer"}
 # elements that have no end tag (nothing is inside them)
 _VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"}
@@ -140,6 +146,8 @@ class _HTMLText(HTMLParser):
         self._overrides: list[str] = []
         self._bdo: list[tuple[str, bool]] = []
         self._sup = 0  # open <sup> elements
+        self._quotes = 0  # open <q> elements (``quote_marks``)
+        self._guide: tuple[list[str], int] | None = None  # an open <rt>: the text it is in and where it starts
         self._lists: list[_OrderedList | None] = []  # the open lists, innermost last (None: an unordered one)
         self._marker = ""  # an ordered list's item's marker ("2. "), read before the item's first text
         self._markers: list[str] = []  # the markers of reversed lists' items (``_PENDING``), known at their lists' ends
@@ -150,6 +158,7 @@ class _HTMLText(HTMLParser):
         self._buf = self._overrides.copy()
         self._links.clear()  # (none goes on into the next paragraph: see ``handle_endtag``)
         self._sup = 0  # nor a <sup> left open ("m<sup>2</p>"): the next paragraph's links are not in it
+        self._quotes = 0  # (nor a <q>: its marks are not nested in the next paragraph's)
         self.text.add(code_lines(raw) if self._pre else one_line(raw), level)
 
     def _cell(self) -> list[str] | None:
@@ -230,6 +239,14 @@ class _HTMLText(HTMLParser):
             self._bdo.append((override, bool(override) and len(self._overrides) <= MOST_OVERRIDES))
             self._overrides += [override] if self._bdo[-1][1] else []
             self._text().append(override)
+        if tag in ("rt", "rp"):  # each ends an <rt> or <rp> left open before it
+            self._end_guide()
+        if tag == "q" and not self._skip:
+            self._put(quote_marks(self._quotes)[0])
+            self._quotes += 1
+        elif tag == "rt" and not self._skip:
+            self._guide = (self._text(), len(self._text()))
+            self._text().append(RUBY_BRACKETS[0])
         if tag == "sup":
             self._sup += 1
             for _, _, _, superscript in self._links[-1:]:
@@ -282,6 +299,26 @@ class _HTMLText(HTMLParser):
             for k, index in enumerate(ordered.pending):
                 self._markers[index] = list_marker(ordered.items - k, ordered.attrs)
 
+    def _end_guide(self) -> None:
+        """An open ruby annotation (<rt>) or <rp> ends: the annotation's bracket closed, or the bracket dropped where it
+        read nothing."""
+        if "rp" in self._skip:
+            self._skip.remove("rp")
+        if self._guide is not None:
+            within, start = self._guide
+            if within is self._text() and not "".join(within[start + 1:]).strip():
+                del within[start:]
+            else:
+                self._text().append(RUBY_BRACKETS[1])
+            self._guide = None
+
+    def _put(self, text: str) -> None:
+        """``text`` read into the paragraph or cell, after the list item's marker where it is the item's first."""
+        if self._marker and text.strip():
+            self._text().append(self._marker)
+            self._marker = ""
+        self._text().append(text)
+
     def handle_endtag(self, tag: str) -> None:
         if self._hidden:
             if tag in self._hidden:  # close up to the matching element, as ``_skip`` does
@@ -293,6 +330,11 @@ class _HTMLText(HTMLParser):
             # it; an inline one ("<b><span hidden>a</b>") with any element around it
             self._hidden = []
         self._sup -= tag == "sup" and self._sup > 0
+        if tag in ("rt", "rp", "ruby"):
+            self._end_guide()
+        elif tag == "q" and self._quotes and not self._skip:
+            self._quotes -= 1
+            self._text().append(quote_marks(self._quotes)[1])
         if tag in ("ol", "ul", "menu", "li"):
             self._marker = ""  # (an item with no text)
             if tag != "li" and self._lists:
@@ -336,11 +378,7 @@ class _HTMLText(HTMLParser):
         if self._in_title:
             self._title_buf.append(data)
         elif not self._skip and not self._hidden:
-            data = data.replace(_PENDING, "") if _PENDING in data else data
-            if self._marker and data.strip():
-                self._text().append(self._marker)
-                self._marker = ""
-            self._text().append(data)
+            self._put(data.replace(_PENDING, "") if _PENDING in data else data)
         elif not self._skip and self.cdata_elem is None:  # hidden text (not a hidden <script>'s code)
             self.hidden_text += len(data) - sum(map(data.count, " \t\n\r\f"))
 

@@ -346,3 +346,21 @@ def test_a_google_docs_export_is_titled_by_its_title_paragraph():
     titled = page.replace("<head>", "<head><title>Report</title>")
     assert extract_html(titled).title == "Report"
     assert extract_markdown(page.split("<body")[1].split(">", 1)[1]).title == "Tides"  # (Markdown: its first heading)
+
+
+@pytest.mark.parametrize(("html", "expected"), [
+    ("<p>He said <q>yes, <q>quite</q> so</q>.</p>", "He said \u201cyes, \u2018quite\u2019 so\u201d."),
+    ("<ol><li><q>Stop</q> means stop</ol>", "1. \u201cStop\u201d means stop"),
+    ("<p>Read <ruby>漢<rp>(</rp><rt>かん</rt><rp>)</rp>字<rt>じ</rt></ruby> aloud.</p>", "Read 漢(かん)字(じ) aloud."),
+    ("<p>Read <ruby>漢字<rp>（<rt>かんじ<rp>）</ruby> aloud.</p>", "Read 漢字(かんじ) aloud."),  # (end tags left out)
+    ("<p>Read <ruby>東京<rt> </rt></ruby> aloud.</p>", "Read 東京 aloud."),
+])
+def test_a_quotation_reads_in_its_marks_and_a_ruby_annotation_after_its_base(html, expected):
+    """A browser sets a <q>'s text in quotation marks (single ones inside double): they were lost ("He said yes").
+    A ruby annotation (<rt>, the reading set over its base text) was lost in a page's main content and read glued to
+    the text after it elsewhere ("字じ"): it reads after its base in brackets, as Word's phonetic guides do, the
+    page's own <rp> brackets not read (half-width or full-width, or none); an empty one reads as nothing. In a page's
+    main content, in a page read whole and in Markdown."""
+    assert extract_html(ARTICLE.format(html)).paragraphs[-1] == expected
+    assert extract_html(html).paragraphs == [expected]
+    assert extract_markdown(html).paragraphs == [expected]
