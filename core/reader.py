@@ -31,6 +31,7 @@ from spanseek.core.io import atomic_dir
 from spanseek.core.model import ModelError, load_pretrained, read_weights, save_weights
 from spanseek.core.runtime import every_pass
 from spanseek.core.spans import ANSWER_CANDIDATES, merge_by_answer
+from spanseek.core.text import ends_after_marks
 
 READER_CONFIG_NAME = "reader_config.json"
 READER_WEIGHTS_NAME = "weights.safetensors"
@@ -168,6 +169,7 @@ def _windows(tokenizer, config: ReaderConfig, questions: list[str], passages: li
         off = np.array(enc["offset_mapping"][w], dtype=np.int64).reshape(-1, 2)
         outside = np.array([s != 1 for s in seq])
         off[outside] = -1
+        off = ends_after_marks(passages[enc["overflow_to_sample_mapping"][w]], off)  # "Zoë" decomposed, not "Zoe"
         ids.append(np.array(enc["input_ids"][w], dtype=np.int64))
         offsets.append(off)
         if uses_types:

@@ -71,7 +71,7 @@ def tokenize_passages(tokenizer, texts: list[str]) -> list[PassageTokens]:
             ends = np.ones(len(ids), dtype=bool)
             ends[:-1] = w[:-1] != w[1:]
             flags = (starts * FLAG_START + ends * FLAG_END).astype(np.uint8)
-        out.append(PassageTokens(input_ids=ids, offsets=offsets, flags=flags))
+        out.append(PassageTokens(input_ids=ids, offsets=ends_after_marks(texts[b], offsets), flags=flags))
     return out
 
 
@@ -109,20 +109,60 @@ def _ranges(codes: list[int]) -> list[tuple[int, int]]:
 
 
 @functools.cache
-def _word_cuts() -> re.Pattern[str]:
-    """The positions a BERT tokenizer's words never cross: before whitespace (" \\t\\n\\r" or a space separator, Zs),
-    before a character standing alone (punctuation: ASCII's or Unicode's P categories; CJK), or after one when no
-    combining mark (M) follows it. One pattern, so that finding a cut in a text with none (100 KB of Cyrillic letters)
-    takes milliseconds, not seconds of a test per character; built once (a pass over Unicode's categories)."""
+def _categories() -> dict[str, str]:
+    """Regular expression character classes' bodies of Unicode's punctuation (P), space separators (Zs) and
+    combining marks (M), by the category's first letter; built once (a pass over Unicode's categories)."""
     by_cat: dict[str, list[int]] = {"P": [], "Z": [], "M": []}
     for c in range(sys.maxunicode + 1):
         cat = unicodedata.category(chr(c))
         if cat[0] in "PM" or cat == "Zs":
             by_cat[cat[0]].append(c)
-    alone = ("!-/:-@\\[-`{-~" + _char_class(_ranges(by_cat["P"]))
-             + _char_class(_CJK))
-    return re.compile(f"(?=[ \t\n\r{_char_class(_ranges(by_cat['Z']))}{alone}])"
-                      f"|(?<=[{alone}])(?![{_char_class(_ranges(by_cat['M']))}])")
+    return {cat: _char_class(_ranges(codes)) for cat, codes in by_cat.items()}
+
+
+@functools.cache
+def _word_cuts() -> re.Pattern[str]:
+    """The positions a BERT tokenizer's words never cross: before whitespace (" \\t\\n\\r" or a space separator, Zs),
+    before a character standing alone (punctuation: ASCII's or Unicode's P categories; CJK), or after one when no
+    combining mark (M) follows it. One pattern, so that finding a cut in a text with none (100 KB of Cyrillic letters)
+    takes milliseconds, not seconds of a test per character."""
+    cats = _categories()
+    alone = "!-/:-@\\[-`{-~" + cats["P"] + _char_class(_CJK)
+    return re.compile(f"(?=[ \t\n\r{cats['Z']}{alone}])|(?<=[{alone}])(?![{cats['M']}])")
+
+
+@functools.cache
+def _mark_runs() -> re.Pattern[str]:
+    """A run of combining marks (Unicode's M categories)."""
+    return re.compile(f"[{_categories()['M']}]+")
+
+
+def ends_after_marks(text: str, offsets: np.ndarray) -> np.ndarray:
+    """``offsets`` ((n, 2) character [start, end) of tokens in ``text``; a token outside it, a special one, starts
+    below 0 or ends where it starts) with each token's end moved past the combining marks right after it that no
+    token holds: an uncased BERT tokenizer strips accents, and its offsets end a word before a mark that follows its
+    last letter, so a decomposed "Zoë" ("e" + U+0308, as macOS and many PDFs write it) was answered "Zoe"; marks
+    inside a word were kept already ("Noël")."""
+    if text.isascii() or not len(offsets):
+        return offsets
+    runs = [(found.start(), found.end()) for found in _mark_runs().finditer(text)]
+    if not runs:
+        return offsets
+    run_starts, run_ends = (np.asarray(edge, dtype=np.int64) for edge in zip(*runs, strict=True))
+    starts, ends = offsets[:, 0].astype(np.int64), offsets[:, 1].astype(np.int64)
+    real = (starts >= 0) & (ends > starts)
+    at = np.searchsorted(run_starts, ends).clip(0, len(runs) - 1)
+    before_run = real & (run_starts[at] == ends)
+    # a run some token starts in is that token's (a cased tokenizer keeps marks, and may give them tokens of their own)
+    taken = np.sort(starts[real])
+    next_start = taken[np.searchsorted(taken, ends).clip(0, len(taken) - 1)]
+    free = ~((next_start >= ends) & (next_start < run_ends[at]))
+    moved = before_run & free
+    if not moved.any():
+        return offsets
+    out = offsets.copy()
+    out[moved, 1] = run_ends[at][moved]
+    return out
 
 
 def prepare_word_cuts(tokenizer) -> None:

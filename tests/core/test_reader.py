@@ -144,6 +144,24 @@ def test_text_that_spells_a_special_token_is_read_as_text(tiny_reader):
     assert ids.tolist().index(tok.sep_token_id) == 1 + reader.config.max_query_len
 
 
+def test_a_passage_word_ending_in_a_combining_mark_keeps_it(tiny_reader):
+    """The reader's tokens of a decomposed "Zoë" ("e" + U+0308) ended before the mark, so a span read "Zoe": each
+    passage token's text is the composed passage's token's, marks and all, in every window."""
+    import unicodedata
+
+    reader = PassageReader.load(tiny_reader)
+    passage = "The castle was built by Zoe\u0308 and Chloe\u0308\u0301 in 1340. " * 3
+    composed = unicodedata.normalize("NFC", passage)
+    got = make_windows(reader.tokenizer, reader.config, ["who built it?"], [passage])
+    want = make_windows(reader.tokenizer, reader.config, ["who built it?"], [composed])
+    assert len(got.offsets) == len(want.offsets)
+    for mine, theirs in zip(got.offsets, want.offsets, strict=True):
+        inside = mine[:, 0] >= 0
+        assert ([unicodedata.normalize("NFC", passage[a:b]) for a, b in mine[inside].tolist()]
+                == [composed[a:b] for a, b in theirs[inside].tolist()])
+    assert "Zoe\u0308" in {passage[a:b] for a, b in got.offsets[0].tolist() if a >= 0}
+
+
 def test_a_long_question_keeps_at_most_max_query_len_tokens_where_a_character_is_several(tiny_reader):
     """A character the tokenizer cuts into several tokens (a Hangul syllable: its letters) across the question's
     token limit is left out whole, so the pair never holds more than ``max_query_len`` question tokens; one that fits

@@ -79,6 +79,24 @@ def test_offsets_and_word_flags(tiny_backbone):
         assert bool(pt.flags[t] & FLAG_END) == (not nxt_continues)
 
 
+DECOMPOSED = "Zoe\u0308 met Noe\u0308l, Chloe\u0308\u0301 and Zoe\u0308! Cafe\u0301"
+
+
+def test_a_word_ending_in_a_combining_mark_keeps_it(tiny_backbone):
+    """An uncased tokenizer strips accents, and its offsets ended a word before a combining mark after its last
+    letter: a decomposed "Zoë" ("e" + U+0308, as macOS and many PDFs write it) was answered "Zoe". Each token's text
+    is the composed text's token's, marks and all (a mark inside a word, "Noël", was kept already)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_backbone)
+    composed = unicodedata.normalize("NFC", DECOMPOSED)
+    [got], [want] = tokenize_passages(tok, [DECOMPOSED]), tokenize_passages(tok, [composed])
+    np.testing.assert_array_equal(got.input_ids, want.input_ids)
+    assert ([unicodedata.normalize("NFC", DECOMPOSED[a:b]) for a, b in got.offsets.tolist()]
+            == [composed[a:b] for a, b in want.offsets.tolist()])
+    assert DECOMPOSED[slice(*got.offsets[0])] == "Zoe\u0308"
+
+
 def _steps(steps):
     """What each step of ``steps`` yielded, and what it returned."""
     yielded = []
