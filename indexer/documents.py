@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spanseek.indexer import pdf_file, pdf_layout
+from spanseek.indexer import pdf_file, pdf_forms, pdf_layout
 from spanseek.indexer.extracted import (
     HEADER_LEVELS,
     INFLATE_RATIO_FROM,
@@ -147,8 +147,9 @@ def _whole_lines(boxes: list[Any], laparams: Any) -> list[Any]:
     return out
 
 
-def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any]]:
-    """Each page's paragraphs in reading order, and the document's info dictionary."""
+def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any], list[str]]:
+    """Each page's paragraphs in reading order, the document's info dictionary and the values of its form of XFA
+    alone (``pdf_forms.xfa_values``)."""
     try:
         from pdfminer.converter import PDFPageAggregator
         from pdfminer.layout import LAParams, LTCurve, LTFigure, LTImage, LTLine, LTRect
@@ -195,7 +196,8 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any]]:
             pages.append(_Page(blocks, layout.y0, layout.y1, images, shapes, pdf_file.turned_text(device.turned)))
         # while the file is open: a value may be a reference to an object elsewhere in it (a title often is)
         info = {key: resolve1(value) for key, value in document.info[0].items()} if document.info else {}
-    return pages, info
+        form = pdf_forms.xfa_values(document, path)
+    return pages, info, form
 
 
 def _named_rows(blocks: list[Block], continued: Block | None, bottom: float, top: float
@@ -294,13 +296,13 @@ def extract_pdf(path: Path) -> Extracted:
     page. Unreadable for a damaged file or one without text to read; a warning names the pages without it (images
     only, or fonts without a Unicode map)."""
     try:
-        pages, info = _pdf_pages(path)
+        pages, info, form = _pdf_pages(path)
     except (IngestError, Unreadable):
         raise
     except Exception as e:  # pdfminer raises many types on damaged files; the reason is reported, not hidden
         raise Unreadable(pdf_file.pdf_problem(e)) from None
     undecoded = _body_text(pages)
-    if not any(page.blocks or page.turned for page in pages):
+    if not form and not any(page.blocks or page.turned for page in pages):
         if undecoded:
             raise Unreadable(f"its text cannot be read: {_page_list(undecoded)} of {len(pages)} use fonts without a "
                              "Unicode map (pdfminer reads only glyph numbers); run OCR on it first, for example "
@@ -368,4 +370,6 @@ def extract_pdf(path: Path) -> Extracted:
             apart, after_heading, ends = bool(block.cells) or heading or block.entries, heading, block
         notes.extend((_clean(text), number) for text in page.turned if text not in running_turned)
     read_notes()
+    paragraphs += form  # (on no page: a viewer that runs XFA lays them out)
+    metas += [{}] * len(form)
     return Extracted(_pdf_title(info, pages[0] if pages else None), paragraphs, {"pages": len(pages)}, metas)

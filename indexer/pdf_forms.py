@@ -12,19 +12,24 @@ program that filled it in drew: "$1,000.00", "07/12/2026") shows, unless the for
 "☒" (a mark in the box beside its printed label; boxes left empty read as nothing), a list or combo box's chosen
 options as they are shown (their display text, several ", " apart). Fields hidden from view or placed off their page
 (outside its crop box: a viewer does not show them), password fields (shown as dots), push buttons and signatures
-read as nothing. An XFA form's data is read only where the file also holds it as AcroForm fields (most do: a form
-made to open in any viewer); a form of XFA alone reads as its pages show it empty.
+read as nothing. An XFA form (Adobe LiveCycle) that also holds its data as AcroForm fields (most do: a form made to
+open in any viewer) reads from those; a form of XFA alone, whose fields are drawn only by a viewer that runs XFA,
+reads its filled-in values from its XFA data after the pages' text (``xfa_values``).
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
+import logging
 import math
 import re
 import textwrap
+from collections.abc import Iterator
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 CHECKED = "\u2612"  # ☒: a ticked check box or a chosen radio button
 _DEFAULT_SIZE = 10.0  # the value's type size where its field names none (or "auto", 0)
@@ -334,3 +339,64 @@ def _value_font() -> Any:
 
     return ValueFont({"FontName": "Helvetica", "Ascent": 718, "Descent": -207, "FontBBox": [-166, -225, 1000, 931]},
                      {}, 556)
+
+
+def xfa_values(document: Any, where: object) -> list[str]:
+    """The filled-in values of a form of XFA alone (its AcroForm lists no fields: no viewer but one that runs XFA
+    shows them), from its XFA data (the ``datasets`` part's ``xfa:data``), as paragraphs: each data group's values
+    (its elements that hold text) in one, named by their elements as the form names them ("Name: Ada Lovelace;
+    Harbour: Kirkwall"), as a table's row reads; an image's data (its ``contentType`` not text) is not read. The
+    data's streams are measured as every stream is (``pdf_file.pdf_document``), and its XML read without entities,
+    network or libxml2's limits lifted (256 elements deep, 10 MB of text in one node): data past those, or not well
+    formed, is named in a warning (``where``: the file) and the pages' text is read without it."""
+    from lxml import etree
+    from pdfminer.pdftypes import PDFStream, resolve1
+
+    form = resolve1(document.catalog.get("AcroForm"))
+    if not isinstance(form, dict) or resolve1(form.get("Fields")) or "XFA" not in form:
+        return []
+    xfa = resolve1(form["XFA"])  # one stream of the whole XDP document, or its parts' [name stream ...]
+    parts = [resolve1(part) for name, part in zip(xfa[::2], xfa[1::2], strict=False)
+             if _text(resolve1(name)) == "datasets"] if isinstance(xfa, list) else [xfa]
+    paragraphs: list[str] = []
+    for part in parts:
+        if not isinstance(part, PDFStream):
+            continue
+        try:
+            root = etree.fromstring(part.get_data(), etree.XMLParser(resolve_entities=False, no_network=True))
+        except etree.XMLSyntaxError as e:
+            log.warning("%s: its XFA form data (object %s) cannot be read (%s); its values are not in the corpus",
+                        where, part.objid, e)
+            continue
+        for datasets in [root] if etree.QName(root).localname == "datasets" else root.iterchildren("{*}datasets"):
+            for data in datasets.iterchildren("{*}data"):
+                paragraphs += _xfa_groups(data)
+    return paragraphs
+
+
+_RICH_BLOCKS = ("p", "br", "div", "li")  # the XHTML elements of an XFA rich text value that end a line
+
+
+def _xfa_groups(data: Any) -> Iterator[str]:
+    """The paragraphs of XFA data (``xfa_values``): each data group's values, "name: value" each, "; " apart, then
+    the groups inside it, in order (a stack: data nested thousands deep is refused by the parser first). A value is an
+    element of text: of no elements, or rich text (``contentType`` "text/html": the text of its XHTML); one whose
+    ``contentType`` is no text (an image's data, in base64) is passed over."""
+    from lxml import etree
+
+    stack = [data]
+    while stack:
+        group, values, groups = stack.pop(), [], []
+        for field in group.iterchildren(etree.Element):
+            kind = next((value for key, value in field.attrib.items() if etree.QName(key).localname == "contentType"),
+                        "text/plain").strip().lower()
+            if len(field) and kind not in ("text/html", "text/xml"):
+                groups.append(field)
+                continue
+            for block in field.iter(*(f"{{*}}{tag}" for tag in _RICH_BLOCKS)):  # rich text's paragraphs, lines apart
+                block.tail = " " + (block.tail or "")
+            if kind.startswith("text/") and (text := " ".join("".join(field.itertext()).split())):
+                values.append(f"{etree.QName(field).localname}: {text}")
+        if values:
+            yield "; ".join(values)
+        stack += reversed(groups)

@@ -1389,3 +1389,58 @@ def test_a_long_note_in_a_multi_line_field_reads_before_the_column_beside_it(tmp
     path = _form(tmp_path / "form.pdf", text, b"/DA (/Helv 10 Tf 0 g) /Ff 4096 /T (notes) /V (%s) /Rect [72 590 300 655]"
                  % note.encode())
     assert extract_pdf(path).paragraphs == ["Application for a berth", LONG, "Notes:", note, *column]
+
+
+XFA_DATA = (b'<xfa:datasets xmlns:xfa="http://www.xfa.org/schema/xfa-data/1.0/"><xfa:data><berth>'
+            b'<Name>Ada  Lovelace</Name><Harbour>Kirkwall</Harbour><Notes/><Photo xfa:contentType="image/png">iVBORw0K'
+            b'</Photo><Comments xfa:contentType="text/html"><body xmlns="http://www.w3.org/1999/xhtml"><p>Arriving'
+            b' <b>late</b>.</p><p>Leaving at dawn.</p></body></Comments><Vessel><Length>12 m</Length><Type>Ketch</Type></Vessel></berth></xfa:data></xfa:datasets>')
+XFA_VALUES = ["Name: Ada Lovelace; Harbour: Kirkwall; Comments: Arriving late. Leaving at dawn.", "Length: 12 m; Type: Ketch"]
+
+
+def xfa_pdf(path: Path, xfa: bytes, data: bytes, text: bytes = b"Application for a berth", fields: bytes = b"") -> Path:
+    """A one-page PDF form whose AcroForm has these ``fields`` (object references) and ``xfa`` (its /XFA: object 6
+    is a compressed stream of ``data``)."""
+    import zlib
+
+    content = b"BT /F1 12 Tf 72 700 Td (%s) Tj ET" % text if text else b""
+    return pdf_of_objects(path, [
+        b"<< /Type /Catalog /Pages 2 0 R /AcroForm << /Fields [%s] /XFA %s >> >>" % (fields, xfa),
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        stream(content),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        stream(zlib.compress(data), b"/Filter /FlateDecode"),
+    ])
+
+
+def test_a_form_of_xfa_alone_reads_its_values_after_its_pages(tmp_path):
+    """A form made with XFA alone (Adobe LiveCycle: its AcroForm lists no fields, and only a viewer that runs XFA
+    shows its values) read as its pages show it, empty: the values typed in read after the pages' text, each data
+    group's in one paragraph named by its fields (rich text's words too), an image's data not read, as the parts'
+    datasets or as the whole XDP
+    document in one stream; a page with no text does not make it unreadable. A form that also holds its values as
+    AcroForm fields reads them from those, not twice."""
+    path = xfa_pdf(tmp_path / "parts.pdf", b"[(preamble) 6 0 R (datasets) 6 0 R (postamble) 6 0 R]", XFA_DATA)
+    extracted = extract_pdf(path)
+    assert extracted.paragraphs == ["Application for a berth", *XFA_VALUES]
+    assert extracted.paragraph_meta == [{"page": 1}, {}, {}]
+    xdp = b'<xdp:xdp xmlns:xdp="http://ns.adobe.com/xdp/"><template/>%s</xdp:xdp>' % XFA_DATA
+    assert extract_pdf(xfa_pdf(tmp_path / "whole.pdf", b"6 0 R", xdp, text=b"")).paragraphs == XFA_VALUES
+    hybrid = xfa_pdf(tmp_path / "hybrid.pdf", b"[(datasets) 6 0 R]", XFA_DATA, fields=b"5 0 R")
+    assert extract_pdf(hybrid).paragraphs == ["Application for a berth"]
+
+
+@pytest.mark.parametrize(("data", "named"), [
+    (b'<xfa:datasets xmlns:xfa="x"><xfa:data><a>unclosed</xfa:data>', True),
+    (b"<datasets><data>" + b"<g>" * 300 + b"<v>deep</v>" + b"</g>" * 300 + b"</data></datasets>", True),
+    (b'<!DOCTYPE d [<!ENTITY e "%s">]><datasets><data><g><v>&e;</v></g></data></datasets>' % (b"x" * 100), False),
+])
+def test_xfa_data_that_cannot_be_read_is_named_and_the_pages_still_read(tmp_path, caplog, data, named):
+    """XFA data that is not well formed, or nested past libxml2's limit, is named in a warning (the file, the object),
+    and the pages' text is read; an entity is not expanded."""
+    path = xfa_pdf(tmp_path / "broken.pdf", b"[(datasets) 6 0 R]", data)
+    with caplog.at_level(logging.WARNING):
+        assert extract_pdf(path).paragraphs == ["Application for a berth"]
+    assert (f"{path}: its XFA form data (object 6) cannot be read" in caplog.text) == named
