@@ -2,13 +2,14 @@
 reads the page's main content from it: what trafilatura would read otherwise than a reader sees it, rewritten
 first. Tables: header rows stacked under a group's name (``_stack_header_rows``), spans clamped and split so that
 each cell keeps its column (``_clamp_spans``, ``_split_header_spans``, ``_split_row_spans``), a table nested in a
-cell read in its line (``_nested_tables_inline``); tabs, figures and <pre> read as text and code
-(``_tabs_as_text``, ``_figures_as_text``, ``_pre_as_code``); a <bdo>'s text as shown (``_bdo_as_shown``); an ordered
-list's items numbered, a check box's state, a <q>'s quotation marks and a ruby annotation set in the text as a
-browser shows them (``indexer.html_shown``). ``ready_for_main_content`` runs them in order. Also the element rules
-both HTML readers share: tables' parts (``CELL``, ``ROW_GROUPS``, ``TABLE``, ``cell_span``), a <bdo>'s override (``bdo_override``), what a browser hides
-(``hidden_element``, ``SHOWN_LATER``), the links a reader passes over (``unread_link``), text as one line
-(``one_line``) and a code block's lines (``code_lines``).
+cell read in its line (``_nested_tables_inline``); tabs, figures, <pre> and <time> read as text and code
+(``_tabs_as_text``, ``_figures_as_text``, ``_pre_as_code``, ``_times_as_text``); a <bdo>'s text as shown
+(``_bdo_as_shown``); an ordered list's items numbered, a check box's state, a <q>'s quotation marks and a ruby
+annotation set in the text as a browser shows them (``indexer.html_shown``). ``ready_for_main_content`` runs them in
+order. Also the element rules both HTML readers share: tables' parts (``CELL``, ``ROW_GROUPS``, ``TABLE``,
+``cell_span``), a <bdo>'s override (``bdo_override``), what a browser hides (``hidden_element``, ``SHOWN_LATER``), the
+links a reader passes over (``unread_link``), text as one line (``one_line``) and a code block's lines
+(``code_lines``).
 
     spanseek corpus from-files page.html --out corpus.jsonl
 """
@@ -331,6 +332,21 @@ def _figures_as_text(tree: Any) -> None:
         caption.tag = "p"
 
 
+def _times_as_text(tree: Any) -> None:
+    """A copy of each <time>'s text set before it, in a <span>: trafilatura removes a <time> whole (as it removes a
+    form's controls), so a date or time in a sentence was lost ("The meeting is on at noon."). The <time> itself is
+    left for trafilatura to find the page's date in (``datetime``) and remove."""
+    import copy
+
+    from lxml import etree
+
+    for time in list(tree.iter("time")):
+        shown = etree.Element("span")
+        shown.text = time.text
+        shown.extend(copy.deepcopy(child) for child in time)
+        time.addprevious(shown)
+
+
 def _pre_as_code(tree: Any) -> None:
     """Wraps the content of each <pre> without a <code> in one: trafilatura reads a <pre> as code (its lines and
     indentation kept) only when its text looks like code to it ("{", "(\"", an indented line), and any other as a
@@ -407,6 +423,7 @@ def ready_for_main_content(tree: Any) -> None:
     _split_header_spans(tree)
     _split_row_spans(tree)
     _pre_as_code(tree)
+    _times_as_text(tree)
     _figures_as_text(tree)
     _tabs_as_text(tree)
     check_boxes_as_text(tree)

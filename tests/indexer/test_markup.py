@@ -364,3 +364,15 @@ def test_a_quotation_reads_in_its_marks_and_a_ruby_annotation_after_its_base(htm
     assert extract_html(ARTICLE.format(html)).paragraphs[-1] == expected
     assert extract_html(html).paragraphs == [expected]
     assert extract_markdown(html).paragraphs == [expected]
+
+
+def test_a_time_in_a_sentence_is_read_and_still_dates_the_page():
+    """trafilatura removes a <time> whole, as it removes a form's controls: a date or time in a page's main content
+    was lost ("The meeting is on at noon."). It reads where it is, as in a page read whole and in Markdown, and a
+    page's <time datetime> still gives its date."""
+    html = '<p>The meeting is on <time datetime="2026-05-04">4 May</time> at <time><b>noon</b></time>.</p>'
+    expected = "The meeting is on 4 May at noon."
+    page = extract_html(ARTICLE.format(html))
+    assert page.paragraphs[-1] == expected and page.meta["date"] == "2026-05-04"
+    assert extract_html(html).paragraphs == [expected]
+    assert extract_markdown(html).paragraphs == [expected]
