@@ -176,6 +176,40 @@ def decompression_bomb(packed: int, size: int) -> str | None:
     return None
 
 
+OLE = b"\xd0\xcf\x11\xe0"  # how an OLE (Compound File) file starts: an old .doc or .ppt, or an encrypted .docx or .pptx
+
+
+def not_office_file(path: Path, e: Exception, app: str, suffix: str, old: str) -> str:
+    """Why python-docx or python-pptx (``e``) cannot open a file meant to be ``app``'s ("Word") of ``suffix`` (".docx";
+    ``old``, ".doc", its binary format's): what the file is, by its first bytes, and what to do with it."""
+    import zipfile
+
+    kind, convert = f"{app} ({suffix}) file", f"`soffice --convert-to {suffix[1:]}`"
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if not head:
+        return f"an empty file (0 bytes), not a {kind}"
+    if head.startswith(OLE):  # not a zip: Office stores a password-protected file, like an old binary one, in an OLE file
+        return (f"not a readable {kind} (an OLE file: a password-protected {suffix}, or an old {old} renamed); "
+                f"remove the password, or save it as {suffix}, and ingest the result")
+    if head.startswith(b"%PDF"):
+        return f"a PDF file, not a {kind}; rename it to .pdf"
+    if head.startswith(b"{\\rtf"):
+        return f"an RTF file, not a {kind}; save it as {suffix} (in Word, or {convert})"
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as z:
+            if "mimetype" in z.namelist() and z.read("mimetype").startswith(b"application/vnd.oasis.opendocument"):
+                return (f"an OpenDocument file ({z.read('mimetype').decode('ascii', 'replace')}), not a {kind}; save "
+                        f"it as {suffix} (in LibreOffice, or {convert})")
+        if isinstance(e, ValueError) and "content type is" in str(e):  # another Office file (a workbook, ...)
+            return f"not a {app} ({suffix}) document: {str(e).split(', ', 1)[-1]}"
+    elif head.startswith(b"PK"):
+        return f"not a readable {kind}: its zip archive is truncated or damaged"
+    else:
+        return f"not a {kind}: a {suffix} is a zip archive, and this is none"
+    return f"not a readable {kind} ({error_text(e)}); the file may be truncated or damaged"
+
+
 def zip_bomb(path: Path) -> str | None:
     """Why an Office file's zip is refused as a decompression bomb (its parts' sizes, as its directory gives them:
     a part that expands past what it declares is a damaged one to the zip reader), or None; None too for a file that

@@ -29,6 +29,7 @@ from spanseek.indexer.extracted import (
     error_text,
     header_depth,
     header_names,
+    not_office_file,
     row_text,
     table_rows,
     zip_bomb,
@@ -39,7 +40,6 @@ _P = "{http://schemas.openxmlformats.org/presentationml/2006/main}"
 _A = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
 # the elements of a paragraph that hold its text: a run's or a field's (a:t), an equation's (m:t)
 _TEXT = {f"{_A}t", "{http://schemas.openxmlformats.org/officeDocument/2006/math}t"}
-_OLE = b"\xd0\xcf\x11\xe0"  # an encrypted .pptx, or an old binary .ppt, is an OLE (Compound File) file
 
 
 def _line(text: str) -> str:
@@ -189,15 +189,6 @@ def _slide_text(slide: Any, running: frozenset[str] = frozenset()) -> tuple[str 
     return title or None, paragraphs
 
 
-def _not_pptx(path: Path, e: Exception) -> str:
-    with open(path, "rb") as f:
-        head = f.read(8)
-    if head.startswith(_OLE):
-        return ("not a readable PowerPoint (.pptx) file: a password-protected .pptx or an old .ppt (remove the "
-                "password, or save it as .pptx)")
-    return f"not a readable PowerPoint (.pptx) file ({error_text(e)}); the file may be truncated or damaged"
-
-
 def extract_pptx(path: Path) -> Extracted:
     """Each slide's paragraphs in order, each with its ``slide`` and its ``section`` (the slide's title)."""
     try:
@@ -210,7 +201,7 @@ def extract_pptx(path: Path) -> Extracted:
     try:
         deck = pptx.Presentation(str(path))
     except Exception as e:  # a .pptx is a zip of XML parts; any of them may be missing or damaged
-        raise Unreadable(_not_pptx(path, e)) from None
+        raise Unreadable(not_office_file(path, e, "PowerPoint", ".pptx", ".ppt")) from None
     paragraphs: list[str] = []
     metas: list[dict[str, Any]] = []
     first_title = None

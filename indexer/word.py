@@ -35,13 +35,13 @@ from spanseek.indexer.extracted import (
     error_text,
     header_depth,
     header_names,
+    not_office_file,
     row_text,
     zip_bomb,
 )
 from spanseek.indexer.word_numbering import ON, Numbering, Styles, W, flag, val
 
 _HEADING = re.compile(r"heading\s*(\d)", re.I)
-_OLE = b"\xd0\xcf\x11\xe0"  # how an OLE (Compound File) file starts: an old .doc, or an encrypted .docx
 _MC = "{http://schemas.openxmlformats.org/markup-compatibility/2006}"
 # an equation's text (Office Math: m:oMath, m:oMathPara) is in m:t elements, as a run's is in w:t
 _TEXT = {f"{W}t", "{http://schemas.openxmlformats.org/officeDocument/2006/math}t"}
@@ -439,35 +439,6 @@ def _vanish(properties: Iterable[Any]) -> bool | None:
     return next((flag(p, "vanish") for p in properties if p is not None and p.find(f"{W}vanish") is not None), None)
 
 
-def _not_docx(path: Path, e: Exception) -> str:
-    """Why python-docx cannot open a file: what the file is, by its first bytes, and what to do with it."""
-    import zipfile
-
-    with open(path, "rb") as f:
-        head = f.read(8)
-    if not head:
-        return "an empty file (0 bytes), not a Word (.docx) file"
-    if head.startswith(_OLE):  # not a zip: Word stores a password-protected .docx, like an old .doc, in an OLE file
-        return ("not a readable Word (.docx) file (an OLE file: a password-protected .docx, or an old .doc renamed); "
-                "remove the password, or save it as .docx, and ingest the result")
-    if head.startswith(b"%PDF"):
-        return "a PDF file, not a Word (.docx) file; rename it to .pdf"
-    if head.startswith(b"{\\rtf"):
-        return "an RTF file, not a Word (.docx) file; save it as .docx (in Word, or `soffice --convert-to docx`)"
-    if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as z:
-            if "mimetype" in z.namelist() and z.read("mimetype").startswith(b"application/vnd.oasis.opendocument"):
-                return (f"an OpenDocument file ({z.read('mimetype').decode('ascii', 'replace')}), not a Word (.docx) "
-                        "file; save it as .docx (in LibreOffice, or `soffice --convert-to docx`)")
-        if isinstance(e, ValueError) and "content type is" in str(e):  # another Office file (a workbook, ...)
-            return f"not a Word (.docx) document: {str(e).split(', ', 1)[-1]}"
-    elif head.startswith(b"PK"):
-        return "not a readable Word (.docx) file: its zip archive is truncated or damaged"
-    else:
-        return "not a Word (.docx) file: a .docx is a zip archive, and this is none"
-    return f"not a readable Word (.docx) file ({error_text(e)}); the file may be truncated or damaged"
-
-
 def extract_docx(path: Path) -> Extracted:
     """Paragraphs and table rows of a Word file in order, each with its ``section`` (the heading path) when it has
     one; the title from the document's properties, its "Title" paragraph or its first heading."""
@@ -481,7 +452,7 @@ def extract_docx(path: Path) -> Extracted:
         document = docx.Document(str(path))
         words = _WordText(document)  # it parses the notes parts: a damaged one is a damaged file
     except Exception as e:  # a .docx is a zip of XML parts; any of them may be missing or damaged
-        raise Unreadable(_not_docx(path, e)) from None
+        raise Unreadable(not_office_file(path, e, "Word", ".docx", ".doc")) from None
     try:
         words.blocks(document.element.body)
         title = " ".join((document.core_properties.title or "").split()) or words.title or words.first_heading

@@ -86,6 +86,36 @@ def test_damaged_protected_and_old_decks_are_named(tmp_path, caplog):
         from_files([docs / "old.ppt"], tmp_path / "d.jsonl")
 
 
+def test_a_file_that_is_no_pptx_is_named_for_what_it_is(tmp_path):
+    """A .pptx that is another kind of file, or a zip cut short, got "(PackageNotFoundError: Package not found at
+    ...)" though the file is there: it is named for what it is, as a .docx is."""
+    import zipfile
+
+    import docx
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "cut.pptx").write_bytes(write_deck(docs / "good.pptx").read_bytes()[:3000])
+    (docs / "report.pptx").write_bytes(b"%PDF-1.4\n%...")
+    (docs / "empty.pptx").write_bytes(b"")
+    (docs / "text.pptx").write_bytes(b"The ferry leaves at nine.")
+    with zipfile.ZipFile(docs / "talk.pptx", "w") as z:
+        z.writestr("mimetype", "application/vnd.oasis.opendocument.presentation")
+    docx.Document().save(str(docs / "letter.pptx"))
+    report = from_files([docs], tmp_path / "c.jsonl")
+    assert report.documents == 1
+    assert {Path(p).name: why for p, why in report.skipped} == {
+        "cut.pptx": "not a readable PowerPoint (.pptx) file: its zip archive is truncated or damaged",
+        "report.pptx": "a PDF file, not a PowerPoint (.pptx) file; rename it to .pdf",
+        "empty.pptx": "an empty file (0 bytes), not a PowerPoint (.pptx) file",
+        "text.pptx": "not a PowerPoint (.pptx) file: a .pptx is a zip archive, and this is none",
+        "talk.pptx": "an OpenDocument file (application/vnd.oasis.opendocument.presentation), not a PowerPoint (.pptx) "
+                     "file; save it as .pptx (in LibreOffice, or `soffice --convert-to pptx`)",
+        "letter.pptx": "not a PowerPoint (.pptx) document: content type is "
+                       "'application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml'",
+    }
+
+
 def test_line_breaks_and_cells_merged_over_rows_read_as_on_the_slide(tmp_path):
     """A line break in a paragraph (Shift+Enter) is a space between its words, not nothing ("nine closes", not
     "ninecloses"), in a slide's text and its notes; a table's cell merged over rows reads in each of them, as in
