@@ -2,9 +2,9 @@
 reads the page's main content from it: what trafilatura would read otherwise than a reader sees it, rewritten
 first. Tables: header rows stacked under a group's name (``_stack_header_rows``), spans clamped and split so that
 each cell keeps its column (``_clamp_spans``, ``_split_header_spans``, ``_split_row_spans``), a table nested in a
-cell read in its line (``_nested_tables_inline``); tabs, figures, <pre> and <time> read as text and code
-(``_tabs_as_text``, ``_figures_as_text``, ``_pre_as_code``, ``_times_as_text``); a <bdo>'s text as shown
-(``_bdo_as_shown``); an ordered list's items numbered, a check box's state, a <q>'s quotation marks and a ruby
+cell read in its line (``_nested_tables_inline``); tabs, figures, <pre>, <time> and MathML read as text and code
+(``_tabs_as_text``, ``_figures_as_text``, ``_pre_as_code``, ``_times_as_text``, ``_math_as_text``); a <bdo>'s text as
+shown (``_bdo_as_shown``); an ordered list's items numbered, a check box's state, a <q>'s quotation marks and a ruby
 annotation set in the text as a browser shows them (``indexer.html_shown``). ``ready_for_main_content`` runs them in
 order. Also the element rules both HTML readers share: tables' parts (``CELL``, ``ROW_GROUPS``, ``TABLE``,
 ``cell_span``), a <bdo>'s override (``bdo_override``), what a browser hides (``hidden_element``, ``SHOWN_LATER``), the
@@ -347,6 +347,17 @@ def _times_as_text(tree: Any) -> None:
         time.addprevious(shown)
 
 
+def _math_as_text(tree: Any) -> None:
+    """Each MathML formula (<math>) made a <span> of the text it shows ("E=mc2"), its annotations (<annotation>: its
+    TeX source, which a browser does not show) left out: trafilatura removes a formula whole, so "the energy E=mc2
+    of a body" read "the energy of a body"."""
+    for annotation in [el for el in tree.iter("annotation", "annotation-xml") if any(
+            up.tag == "math" for up in el.iterancestors())]:
+        annotation.drop_tree()  # (its tail stays)
+    for math in tree.iter("math"):
+        math.tag = "span"
+
+
 def _pre_as_code(tree: Any) -> None:
     """Wraps the content of each <pre> without a <code> in one: trafilatura reads a <pre> as code (its lines and
     indentation kept) only when its text looks like code to it ("{", "(\"", an indented line), and any other as a
@@ -424,6 +435,7 @@ def ready_for_main_content(tree: Any) -> None:
     _split_row_spans(tree)
     _pre_as_code(tree)
     _times_as_text(tree)
+    _math_as_text(tree)
     _figures_as_text(tree)
     _tabs_as_text(tree)
     check_boxes_as_text(tree)

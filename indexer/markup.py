@@ -54,7 +54,9 @@ from spanseek.indexer.pdf_blocks import (
 # (and text marked as deleted, <del>: an edit's removed text, as Word's tracked deletions are left out)
 # (and a ruby annotation's <rp>, the brackets a browser shows around it where it cannot set it above its base: it reads
 # in ``RUBY_BRACKETS`` whether or not the page gives them)
-_SKIP = {"script", "style", "noscript", "template", "svg", "canvas", "iframe", "object", "head", "del", "rp"}
+# (and a MathML formula's annotations, <annotation>: its TeX source, which a browser does not show)
+_SKIP = {"script", "style", "noscript", "template", "svg", "canvas", "iframe", "object", "head", "del", "rp",
+         "annotation", "annotation-xml"}
 _BOILERPLATE = {"nav", "aside", "footer"}
 # elements that have no end tag (nothing is inside them)
 _VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"}
@@ -356,6 +358,8 @@ class _HTMLText(HTMLParser):
         elif tag in self.skipped:
             if tag in self._skip:  # close up to the matching element (HTML in the wild is not always nested)
                 del self._skip[len(self._skip) - 1 - self._skip[::-1].index(tag):]
+        elif tag == "math":  # an annotation left open ends with its formula
+            self._skip = [open_ for open_ in self._skip if not open_.startswith("annotation")]
         elif tag in TABLE or tag in CELL:
             self._table_tag(tag, False, [])
         elif tag in BLOCK and (cell := self._cell()) is not None:

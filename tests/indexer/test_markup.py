@@ -376,3 +376,16 @@ def test_a_time_in_a_sentence_is_read_and_still_dates_the_page():
     assert page.paragraphs[-1] == expected and page.meta["date"] == "2026-05-04"
     assert extract_html(html).paragraphs == [expected]
     assert extract_markdown(html).paragraphs == [expected]
+
+
+def test_a_mathml_formula_reads_as_shown_without_its_annotation():
+    """trafilatura removes a MathML formula whole ("The energy of a body."), and the other readers read its TeX
+    annotation after it, which a browser does not show ("E=mc2E=mc^2"): it reads as shown, in its place, in a page's
+    main content, a page read whole and Markdown; an annotation left open ends with its formula."""
+    html = ('<p>The energy <math><semantics><mrow><mi>E</mi><mo>=</mo><mi>m</mi><msup><mi>c</mi><mn>2</mn></msup>'
+            '</mrow><annotation encoding="application/x-tex">E=mc^2</annotation></semantics></math> of a body.</p>')
+    expected = "The energy E=mc2 of a body."
+    assert extract_html(ARTICLE.format(html)).paragraphs[-1] == expected
+    assert extract_html(html).paragraphs == [expected]
+    assert extract_markdown(html).paragraphs == [expected]
+    assert extract_markdown("<p>x <math><mi>y</mi><annotation>y</math> z</p>").paragraphs == ["x y z"]
