@@ -105,6 +105,7 @@ from spanseek.indexer.chunking import ChunkOptions, TokenCounter, chunk_sections
 from spanseek.indexer.documents import extract_pdf
 from spanseek.indexer.extracted import Extracted, IngestError, Unreadable
 from spanseek.indexer.markup import LINE_END, extract_html, extract_markdown
+from spanseek.indexer.pdf_layout import dehyphenate
 from spanseek.indexer.slides import extract_pptx
 from spanseek.indexer.word import extract_docx
 
@@ -158,9 +159,11 @@ class IngestReport:
 
 
 def extract_text(source: str) -> Extracted:
-    """Plain text: paragraphs at blank lines, line breaks inside a paragraph read as spaces; no title."""
-    paragraphs = [" ".join(p.split()) for p in re.split(r"\n[ \t]*\n", LINE_END.sub("\n", source))]
-    return Extracted(None, [p for p in paragraphs if p])
+    """Plain text: paragraphs at blank lines, line breaks inside a paragraph read as spaces, a word hyphenated at a
+    line's end made whole as a PDF's is (``pdf_layout.dehyphenate``: "infor-\\nmation" reads "information", not
+    "infor- mation"); no title."""
+    paragraphs = dehyphenate(re.split(r"\n[ \t]*\n", LINE_END.sub("\n", source)))
+    return Extracted(None, [" ".join(p.split()) for p in paragraphs if p.strip()])
 
 
 # byte order marks of the UTF encodings other than UTF-8, longest first (UTF-32 LE's begins with UTF-16 LE's)

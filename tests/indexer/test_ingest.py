@@ -237,6 +237,16 @@ def test_text_paragraphs_at_blank_lines():
     assert extract_text("one\nline wrapped\n\n \n\ntwo\r\n\r\nthree").paragraphs == ["one line wrapped", "two", "three"]
 
 
+def test_a_text_file_s_words_hyphenated_at_line_ends_are_whole():
+    """A hard-wrapped text (as pdftotext and typewriter-style files write it) read a word broken at a line's end as
+    two, the hyphen left before a space ("infor- mation"): it is made whole as a PDF's is, the document deciding (a
+    word found whole elsewhere is joined, a compound found with its hyphen keeps it, a hyphen before a digit stays)."""
+    text = ("The infor-\nmation on the well-\nknown port: the well-known port is COVID-\n19 free.\n\n"
+            "The information is old.")
+    assert extract_text(text).paragraphs == [
+        "The information on the well-known port: the well-known port is COVID-19 free.", "The information is old."]
+
+
 @pytest.fixture
 def docs_dir(tmp_path):
     root = tmp_path / "docs"
