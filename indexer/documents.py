@@ -149,7 +149,7 @@ def _whole_lines(boxes: list[Any], laparams: Any) -> list[Any]:
 
 def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any], list[str]]:
     """Each page's paragraphs in reading order, the document's info dictionary and the values of its form of XFA
-    alone (``pdf_forms.xfa_values``)."""
+    alone (``pdf_forms.xfa_values``); no paragraphs where that form draws the pages (``pdf_forms.drawn_by_xfa``)."""
     try:
         from pdfminer.converter import PDFPageAggregator
         from pdfminer.layout import LAParams, LTCurve, LTFigure, LTImage, LTLine, LTRect
@@ -197,6 +197,8 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any], list[str]]:
         # while the file is open: a value may be a reference to an object elsewhere in it (a title often is)
         info = {key: resolve1(value) for key, value in document.info[0].items()} if document.info else {}
         form = pdf_forms.xfa_values(document, path)
+        if form and pdf_forms.drawn_by_xfa(document):  # its pages only ask for a viewer that runs XFA
+            pages = [_Page([], page.bottom, page.top, False, False, []) for page in pages]
     return pages, info, form
 
 

@@ -14,7 +14,8 @@ options as they are shown (their display text, several ", " apart). Fields hidde
 (outside its crop box: a viewer does not show them), password fields (shown as dots), push buttons and signatures
 read as nothing. An XFA form (Adobe LiveCycle) that also holds its data as AcroForm fields (most do: a form made to
 open in any viewer) reads from those; a form of XFA alone, whose fields are drawn only by a viewer that runs XFA,
-reads its filled-in values from its XFA data after the pages' text (``xfa_values``).
+reads its filled-in values from its XFA data after the pages' text (``xfa_values``), or instead of it where its pages
+are drawn by XFA when it opens (``drawn_by_xfa``: what they hold is a message for viewers that cannot).
 """
 
 from __future__ import annotations
@@ -339,6 +340,18 @@ def _value_font() -> Any:
 
     return ValueFont({"FontName": "Helvetica", "Ascent": 718, "Descent": -207, "FontBBox": [-166, -225, 1000, 931]},
                      {}, 556)
+
+
+def drawn_by_xfa(document: Any) -> bool:
+    """Whether a PDF's pages are drawn by its XFA form when it opens (a dynamic form: its catalog's /NeedsRendering):
+    what its pages hold is only what a viewer that cannot run XFA shows instead ("Please wait... If this message is
+    not eventually replaced by the proper contents of the document, your PDF viewer may not be able to display this
+    type of document.")."""
+    from pdfminer.pdftypes import resolve1
+    from pdfminer.psparser import PSLiteral
+
+    flag = resolve1(document.catalog.get("NeedsRendering"))
+    return flag is True or (isinstance(flag, PSLiteral) and flag.name == "true")
 
 
 def xfa_values(document: Any, where: object) -> list[str]:

@@ -1398,14 +1398,15 @@ XFA_DATA = (b'<xfa:datasets xmlns:xfa="http://www.xfa.org/schema/xfa-data/1.0/">
 XFA_VALUES = ["Name: Ada Lovelace; Harbour: Kirkwall; Comments: Arriving late. Leaving at dawn.", "Length: 12 m; Type: Ketch"]
 
 
-def xfa_pdf(path: Path, xfa: bytes, data: bytes, text: bytes = b"Application for a berth", fields: bytes = b"") -> Path:
+def xfa_pdf(path: Path, xfa: bytes, data: bytes, text: bytes = b"Application for a berth", fields: bytes = b"",
+            catalog: bytes = b"") -> Path:
     """A one-page PDF form whose AcroForm has these ``fields`` (object references) and ``xfa`` (its /XFA: object 6
-    is a compressed stream of ``data``)."""
+    is a compressed stream of ``data``), its catalog ``catalog`` too."""
     import zlib
 
     content = b"BT /F1 12 Tf 72 700 Td (%s) Tj ET" % text if text else b""
     return pdf_of_objects(path, [
-        b"<< /Type /Catalog /Pages 2 0 R /AcroForm << /Fields [%s] /XFA %s >> >>" % (fields, xfa),
+        b"<< /Type /Catalog /Pages 2 0 R /AcroForm << /Fields [%s] /XFA %s >> %s >>" % (fields, xfa, catalog),
         b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
         b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
         b"/Resources << /Font << /F1 5 0 R >> >> >>",
@@ -1430,6 +1431,20 @@ def test_a_form_of_xfa_alone_reads_its_values_after_its_pages(tmp_path):
     assert extract_pdf(xfa_pdf(tmp_path / "whole.pdf", b"6 0 R", xdp, text=b"")).paragraphs == XFA_VALUES
     hybrid = xfa_pdf(tmp_path / "hybrid.pdf", b"[(datasets) 6 0 R]", XFA_DATA, fields=b"5 0 R")
     assert extract_pdf(hybrid).paragraphs == ["Application for a berth"]
+
+
+def test_a_dynamic_xfa_form_reads_its_values_not_the_message_its_pages_hold(tmp_path):
+    """A dynamic XFA form's pages are drawn by its XFA when it opens (/NeedsRendering): what they hold is a message
+    for viewers that cannot ("Please wait... your PDF viewer may not be able to display this type of document"),
+    which every such form read as its text: its values are its text."""
+    wait = b"Please wait... If this message is not eventually replaced by the proper contents of the document"
+    path = xfa_pdf(tmp_path / "dynamic.pdf", b"[(datasets) 6 0 R]", XFA_DATA, text=wait, catalog=b"/NeedsRendering true")
+    extracted = extract_pdf(path)
+    assert (extracted.paragraphs, extracted.meta) == (XFA_VALUES, {"pages": 1})
+    empty = b'<xfa:datasets xmlns:xfa="http://www.xfa.org/schema/xfa-data/1.0/"><xfa:data/></xfa:datasets>'
+    unfilled = xfa_pdf(tmp_path / "unfilled.pdf", b"[(datasets) 6 0 R]", empty, text=wait,
+                       catalog=b"/NeedsRendering true")
+    assert extract_pdf(unfilled).paragraphs == [wait.decode()]  # (nothing else to read)
 
 
 @pytest.mark.parametrize(("data", "named"), [
