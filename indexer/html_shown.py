@@ -48,17 +48,22 @@ def html_integer(value: str | None) -> int | None:
 
 def list_marker(number: int, attrs: Mapping[str, str | None]) -> str:
     """An ordered list's item's marker as a browser shows it: its ``number`` in the list's ``type`` ("3.", "c.",
-    "C.", "iii.", "III."; decimal for a number no letter or numeral stands for), and the space after it."""
-    kind = (attrs.get("type") or "1").strip()
+    "C.", "iii.", "III."; ``counted``), and the space after it."""
+    return f"{counted(number, (attrs.get('type') or '1').strip())}. "
+
+
+def counted(number: int, kind: str) -> str:
+    """``number`` as a list counts it in ``kind``: "1" decimal, "a" or "A" letters (a to z, then aa, ab, ...), "i" or
+    "I" roman numerals; decimal for any other kind, and for a number no letter or numeral stands for."""
     shown = str(number)
     if number > 0 and kind in ("a", "A"):
         shown, left = "", number
-        while left:  # a to z, then aa, ab, ...
+        while left:
             left, letter = divmod(left - 1, 26)
             shown = chr(ord("a") + letter) + shown
     elif 0 < number < 4000 and kind in ("i", "I"):
         shown = roman(number)
-    return f"{shown.upper() if kind.isupper() else shown}. "
+    return shown.upper() if kind.isupper() else shown
 
 
 # the quotation marks a browser sets around a <q>'s text (its default style's, English's): double, single inside them

@@ -4,7 +4,7 @@
 
 Each slide is read in turn: its title first, then its other shapes top to bottom and left to right (a group's shapes
 in place of the group, and those of alternative content, mc:AlternateContent, in its place; hidden shapes, the
-slide number and date, and a footer that other slides repeat left out), each paragraph of a text frame one paragraph (its line breaks as spaces,
+slide number and date, and a footer that other slides repeat left out), each paragraph of a text frame one paragraph (after the number it shows where it is numbered; its line breaks as spaces,
 its fields' and equations' text, as a title's and a table cell's), a table's rows as Markdown's and Word's are ("Header: cell; Header: cell",
 ``extracted.row_text``; a cell merged over rows in each of them), then the text of its SmartArt diagrams and charts
 (each box of a diagram, a chart's title with its category labels, its axis titles and the series' names it shows
@@ -16,6 +16,7 @@ metadata has ``slides``, the count. A file python-pptx cannot open is ``Unreadab
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +35,7 @@ from spanseek.indexer.extracted import (
     table_rows,
     zip_bomb,
 )
+from spanseek.indexer.html_shown import counted
 
 _MC = "{http://schemas.openxmlformats.org/markup-compatibility/2006}"
 _P = "{http://schemas.openxmlformats.org/presentationml/2006/main}"
@@ -149,8 +151,44 @@ def _cell_text(cell: Any) -> str:
 
 
 def _frame_texts(body: Any) -> list[str]:
-    """A text body's paragraphs (a:p), each on one line (``_inline_text``); empty ones left out."""
-    return [text for p in body.iterchildren(f"{_A}p") if (text := _line(_inline_text(p)))] if body is not None else []
+    """A text body's paragraphs (a:p), each on one line (``_inline_text``), after its number where it is numbered
+    (``_number``); empty ones left out."""
+    texts: list[str] = []
+    numbers: dict[int, tuple[str, int]] = {}  # each level's numbering going on: its scheme and its last number
+    for p in body.iterchildren(f"{_A}p") if body is not None else ():
+        if text := _line(_inline_text(p)):
+            number = _number(p.find(f"{_A}pPr"), numbers)
+            texts.append(f"{number} {text}" if number else text)
+    return texts
+
+
+# PowerPoint's automatic numbering (a:buAutoNum's type, "arabicPeriod", "alphaLcParenR", "romanUcParenBoth"): the
+# counter, its case and what is set around it; another scheme (circled numbers, East Asian numerals) reads decimal
+_SCHEME = re.compile(r"(alpha|arabic|roman)(Lc|Uc)?(ParenBoth|ParenR|Period|Plain)")
+_AROUND = {"ParenBoth": "({})", "ParenR": "{})", "Period": "{}.", "Plain": "{}"}
+
+
+def _number(props: Any, numbers: dict[int, tuple[str, int]]) -> str:
+    """The number PowerPoint shows before a paragraph of these properties (a:pPr, or None) where they number it
+    (a:buAutoNum: "1.", "b)", "(iii)"), else "": it counts on from the paragraph numbered before it at its level in
+    the same scheme, else from its ``startAt`` (1); a paragraph at a level above ends the numbering below it, and
+    one not numbered ends its own level's. ``numbers`` (level: scheme, last number) is kept up to date."""
+    lvl = props.get("lvl", "0") if props is not None else "0"
+    level = int(lvl) if lvl.isdecimal() and len(lvl) < 3 else 0
+    for deeper in [k for k in numbers if k > level]:
+        del numbers[deeper]
+    auto = props.find(f"{_A}buAutoNum") if props is not None else None
+    if auto is None:
+        numbers.pop(level, None)
+        return ""
+    scheme, start = auto.get("type", "arabicPeriod"), auto.get("startAt", "1")
+    before = numbers.get(level)
+    number = before[1] + 1 if before is not None and before[0] == scheme else (
+        int(start) if start.isdecimal() and len(start) < 6 else 1)
+    numbers[level] = (scheme, number)
+    counter, case, around = found.groups() if (found := _SCHEME.fullmatch(scheme)) else ("arabic", None, "Period")
+    kind = {"alpha": "a", "arabic": "1", "roman": "i"}[counter]
+    return _AROUND[around].format(counted(number, kind.upper() if case == "Uc" else kind))
 
 
 def _inline_text(element: Any) -> str:

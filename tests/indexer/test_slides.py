@@ -116,6 +116,35 @@ def test_a_file_that_is_no_pptx_is_named_for_what_it_is(tmp_path):
     }
 
 
+def test_numbered_paragraphs_read_their_numbers_as_shown(tmp_path):
+    """PowerPoint's numbered paragraphs (Home > Numbering) were read without their numbers, where Word's and HTML's
+    lists read theirs ("1. Open the valve"): each reads the number it shows, counting on at its level in its scheme,
+    from its start; a level below counts on its own, ended by a paragraph above it; a paragraph not numbered ends its
+    level's numbering."""
+    from pptx.oxml.ns import qn
+
+    deck = pptx.Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[6])  # blank
+    frame = slide.shapes.add_textbox(Inches(1), Inches(1), Inches(6), Inches(4)).text_frame
+    lines = [("Open the valve", 0, "arabicPeriod", None), ("Check the gauge", 0, "arabicPeriod", None),
+             ("Low", 1, "alphaLcParenR", None), ("High", 1, "alphaLcParenR", None),
+             ("Close the tap", 0, "arabicPeriod", None), ("Note", 0, None, None),
+             ("Part", 0, "romanUcParenBoth", "4"), ("Part", 0, "romanUcParenBoth", "4"), ("", 0, "arabicPeriod", None),
+             ("Last", 0, "circleNumDbPlain", None)]
+    for k, (text, level, scheme, start) in enumerate(lines):
+        p = frame.paragraphs[0] if k == 0 else frame.add_paragraph()
+        p.text, p.level = text, level
+        if scheme:
+            auto = p._p.get_or_add_pPr().makeelement(qn("a:buAutoNum"), {"type": scheme})
+            if start:
+                auto.set("startAt", start)
+            p._p.get_or_add_pPr().append(auto)
+    deck.save(str(tmp_path / "steps.pptx"))
+    assert extract_pptx(tmp_path / "steps.pptx").paragraphs == [
+        "1. Open the valve", "2. Check the gauge", "a) Low", "b) High", "3. Close the tap", "Note", "(IV) Part",
+        "(V) Part", "1. Last"]
+
+
 def test_line_breaks_and_cells_merged_over_rows_read_as_on_the_slide(tmp_path):
     """A line break in a paragraph (Shift+Enter) is a space between its words, not nothing ("nine closes", not
     "ninecloses"), in a slide's text and its notes; a table's cell merged over rows reads in each of them, as in
