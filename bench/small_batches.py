@@ -17,7 +17,8 @@ identical (same passages, spans and score bits), and how many of them searched a
 ``--scan-rows`` times the flat scan's products alone at those query rows (two per question), in turn, each
 ``--scan-runs`` times (medians): torch's tall product ``xb @ q.T`` (what ``SMALL_ROWS`` rows take), numpy's
 pieces (``scores_into`` beyond ``SMALL_ROWS``, over the transposed copy where this CPU keeps one) and torch's product
-by that copy, with each one's largest difference from the tall product.
+by that copy, with each one's largest difference from the tall product and the summation its bits follow
+(``summation``: a faster kernel keeps today's scores to the bit only if it adds in the same order).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: spin-waitin
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import argparse  # noqa: E402
+import itertools  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -42,6 +44,7 @@ from spanseek.core.loading import open_searcher  # noqa: E402
 from spanseek.core.params import MODES, UNITS, SearchParams  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+SUMMATION_TOKENS = 64  # tokens whose scores ``summation`` reproduces, for each product of --scan-rows
 
 
 class ScanClock:
@@ -92,6 +95,33 @@ def compare(before: dict, after: dict) -> dict:
     return counts
 
 
+def summation(scores: np.ndarray, queries: np.ndarray, x: np.ndarray) -> str:
+    """The float32 summation whose bits each row of ``scores`` ((R, n) products of ``queries`` (R, d) by the tokens
+    ``x`` (n, d)) has, to the bit: "fma" (a score's d products added one after another, each product and addition
+    rounded once: a fused multiply-add, as OpenBLAS's kernels add), "L lanes" (the products rounded, then added round
+    robin into L partial sums, k into sum k mod L, and the sums halved pairwise: MKL's tall product on a Zen 4 EPYC),
+    or "other"; runs of rows alike as "4 lanes x4 + 8 lanes x2". Another kernel gives the same scores to the bit only
+    if it adds in the same order."""
+    q, x64 = queries.astype(np.float64), x.astype(np.float64)
+    fused = np.zeros(scores.shape, np.float32)
+    for k in range(x.shape[1]):  # a float32 product is exact in float64: one rounding to float32 after the add
+        fused = (fused + q[:, k, None] * x64[None, :, k]).astype(np.float32)
+    ways = {"fma": fused}
+    products = queries[:, None, :] * x[None, :, :]  # (R, n, d) float32, each product rounded
+    for lanes in (4, 8, 16):
+        if x.shape[1] % lanes == 0:
+            sums = np.zeros(scores.shape + (lanes,), np.float32)
+            for k in range(0, x.shape[1], lanes):
+                sums += products[:, :, k : k + lanes]
+            while sums.shape[2] > 1:
+                sums = sums[:, :, : sums.shape[2] // 2] + sums[:, :, sums.shape[2] // 2 :]
+            ways[f"{lanes} lanes"] = sums[:, :, 0]
+    labels = [next((name for name, way in ways.items() if np.array_equal(way[r], scores[r])), "other")
+              for r in range(len(scores))]
+    runs = [(label, len(list(group))) for label, group in itertools.groupby(labels)]
+    return runs[0][0] if len(runs) == 1 else " + ".join(f"{label} x{n}" for label, n in runs)
+
+
 def scan_products(xb: np.ndarray, queries: np.ndarray, rows: list[int], runs: int) -> dict:
     """Median ms of each way to make the (rows, N) scores of ``rows`` query rows, timed in turn."""
     import statistics
@@ -125,8 +155,10 @@ def scan_products(xb: np.ndarray, queries: np.ndarray, rows: list[int], runs: in
                 t0 = time.perf_counter()
                 way(q, outs[name])
                 times[name].append(time.perf_counter() - t0)
+        sample = np.linspace(0, len(xb) - 1, SUMMATION_TOKENS).astype(np.int64)
         found[str(r)] = {name: {"median_ms": round(1e3 * statistics.median(t), 2),
-                                "max_diff_from_tall": float(np.abs(outs[name] - outs["tall"]).max())}
+                                "max_diff_from_tall": float(np.abs(outs[name] - outs["tall"]).max()),
+                                "summation": summation(outs[name][:, sample], q, xb[sample])}
                          for name, t in times.items()}
     return found
 
@@ -221,7 +253,8 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"{unit + '/' + mode:<16} " + " ".join(
                 f"{c['ms_per_batch']:>7.1f} /{c['scan_ms_per_batch']:>5.1f}" for c in cells))
     for r, ways in result.get("scan_products", {}).items():
-        print(f"scan {r:>3} rows: " + "  ".join(f"{name} {w['median_ms']:.1f} ms" for name, w in ways.items()))
+        print(f"scan {r:>3} rows: " + "  ".join(f"{name} {w['median_ms']:.1f} ms ({w['summation']})"
+                                                 for name, w in ways.items()))
     if "identical_to" in result:
         print(json.dumps(result["identical_to"]["counts"]))
     for key, c in result.get("batch_vs_alone", {}).items():

@@ -40,10 +40,14 @@ queries.T`` instead, on every CPU: they are bound by reading the index, which th
 OpenBLAS's wide one reads it about twice as slowly (146k tokens, same EPYC, medians of 15 interleaved: 2 rows 20.1
 against 41.2 ms, 4 rows 20.4 against 38.8, 8 rows 37.1 against 43.9, 10 rows 50.9 against 46.5; with the transposed
 copy on a busy Zen 4, medians of 9: 2 rows 50 against 80 ms, 4 rows 67 against 95, 8 rows 91 against 91). The tall
-product's bits differ between 2, 4 and 8 rows and from the pieces', so a question's token scores can differ in the
-last bits (up to 1e-4 on scores of 2-6) between a batch of up to four questions and a larger one; taking the pieces
-for every batch would remove that at 20-30 ms more for a search of one question, and no hit list of 200 validation
-questions changed by it.
+product's bits differ from the pieces' and with the rows beside a row: on the 2-core Zen 4 EPYC, MKL's kernel adds a
+score's products rounded, unfused, in 4 lanes for each group of 4 rows and in 8 lanes for a last pair (2, 6 rows),
+where OpenBLAS's pieces add them one by one, fused (``bench/small_batches.py --scan-rows`` names the summation of each
+product). So a question's token scores can differ in the last bits (up to 1e-4 on scores of 2-6) between a batch of up
+to four questions and a larger one, and one question's from two's; no other kernel there adds in MKL's order, and
+none read the index faster at these rows (one thread's CPU time, 146k tokens: MKL's 2, 4, 8 rows 11.5, 16.2, 28.4 ms,
+OpenBLAS's pieces 28.5, 30.5, 33.9). Taking the pieces for every batch would remove that at 20-30 ms more for a search
+of one question, and no hit list of 200 validation questions changed by it.
 
 A small batch (at most ``HALF_ROWS`` query rows) may rank from half-precision products instead: when the flat index
 holds an fp16 fine store exactly, widened (``DenseLeg.flat_holds_fine``), the product of the queries rounded to fp16
