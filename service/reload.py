@@ -201,21 +201,21 @@ class IndexReloader:
         Returns the new index's /info fields. Raises ReloadFailed (the old index keeps serving) or NotReady.
         """
         batcher = self.state.batcher
+        # absolute, as ``index.path`` is, in ``running`` and in every error that quotes it (``last.error``): hide_paths
+        # shortens it for a caller without a key, where a relative path showed whole
+        path = Path(path if path is not None else self.path).absolute()
         async with self._lock:
-            # (/info says so while it loads: ``last`` and /health stay the index served until the swap); absolute, as
-            # ``index.path`` is: hide_paths shortens it for a caller without a key, where a relative path showed whole
-            self.under_way = {"index": str(Path(path if path is not None else self.path).absolute()),
-                              "reason": reason, "since": _now()}
+            # (/info says so while it loads: ``last`` and /health stay the index served until the swap)
+            self.under_way = {"index": str(path), "reason": reason, "since": _now()}
             try:
                 with batcher.learning_paused() if batcher is not None else contextlib.nullcontext():
                     return await self._reload(path, reason)
             finally:
                 self.under_way = None
 
-    async def _reload(self, path: Path | None, reason: str) -> dict[str, Any]:
+    async def _reload(self, path: Path, reason: str) -> dict[str, Any]:
         """The reload itself, under the lock (``reload``)."""
         state = self.state
-        path = Path(path) if path is not None else self.path
         if state.status == "failed":  # nothing serves: load from scratch (the model too)
             return await self._load_again(path, reason)
         if state.batcher is None or state.searcher is None:

@@ -452,3 +452,23 @@ async def test_the_served_searcher_is_frozen_and_a_replaced_one_collected(settin
         assert old() is None
         assert not any(o is state.searcher for o in gc.get_objects())
         assert docs_of(await search(client)) == {"b"}
+
+
+async def test_a_failed_reload_of_a_relative_path_hides_it_from_a_caller_without_a_key(settings_for, async_serve,
+                                                                                      tiny_index, monkeypatch, tmp_path):
+    """The server started in a folder, a reload given a relative alias that fails (a dangling symlink, a pointer file
+    naming no directory): ``last.error`` quoted the path as given, whole, to a caller without a key, where every other
+    error cuts a server path to its last part."""
+    (tmp_path / "aliases").mkdir()
+    (tmp_path / "aliases" / "dangling").symlink_to(tmp_path / "gone")
+    (tmp_path / "aliases" / "pointer").write_text("no-such-dir\n")
+    monkeypatch.chdir(tmp_path)
+    app = create_app(settings_for())
+    reloader = app.state.service.reloader
+    async with async_serve(app) as client:
+        for given, says in ((Path("aliases/dangling"), "dangling symlink"), (Path("aliases/pointer"), "names no")):
+            with pytest.raises(ReloadFailed):
+                await reloader.reload(given, reason="SIGHUP")
+            error = (await client.get("/info")).json()["service"]["reload"]["last"]["error"]
+            assert says in error and f".../{given.name}" in error, error
+            assert "aliases" not in error, error
