@@ -54,8 +54,8 @@ from spanseek.service.routes import _errors, known_query
 from spanseek.service.schemas import FileWriteResponse
 from spanseek.service.writes import (
     held_already,
-    held_id,
     live_of,
+    named,
     path_text,
     query_texts,
     refuse,
@@ -101,14 +101,14 @@ async def _write(request: Request, name: str, doc_id: str | None, meta: list[str
         raise refuse("query", "id", "the id is blank; give one with a visible character, or leave id out (the "
                                     "file's name is its id)")
     opts = file_options(query_texts(request, meta, "meta"), max_tokens, overlap, min_tokens)
+    # a file's id is its name, in any spelling, as /documents/{id}'s; looked up off the loop (writes.read_document)
+    held, replacing = await asyncio.to_thread(named, live.store.snapshot, doc_id)
     try:  # what the request gives of the document, checked as PUT /documents checks one, before the body is read
         written_document({"id": doc_id, "paragraphs": [name], "meta": opts.extra_meta}, shortened(name),
-                         live.settings.max_title_chars)
+                         live.settings.max_title_chars, replacing)
     except CorpusError as e:
         raise refuse(*(("query", "meta") if e.field == "meta" else ("query", "id") if id_given else ("path", "name")),
                      str(e)) from None
-    # a file's id is its name, in any spelling, as /documents/{id}'s; looked up off the loop (writes.read_document)
-    held: str = await asyncio.to_thread(held_id, live.store.snapshot, doc_id)
     reader = live.file_reader
     try:
         declared = _declared_length(request)
@@ -118,7 +118,7 @@ async def _write(request: Request, name: str, doc_id: str | None, meta: list[str
                             else min(declared, live.settings.max_file_bytes)):
             data = await request.body()  # (a slow client's body holds its bytes, not a slot, while it arrives)
             with reader.slot():
-                return await _read_and_write(request, live, name, doc_id, held, opts, only_new, data)
+                return await _read_and_write(request, live, name, doc_id, (held, replacing), opts, only_new, data)
     except UploadsBusy as e:
         raise Overloaded(str(e), e.retry_after) from None
 
@@ -130,10 +130,10 @@ def _declared_length(request: Request) -> int | None:
     return int(declared) if declared.isdigit() else None
 
 
-async def _read_and_write(request: Request, live: Any, name: str, doc_id: str, held: str, opts: IngestOptions,
-                          only_new: bool, data: bytes) -> FileWriteResponse:
+async def _read_and_write(request: Request, live: Any, name: str, doc_id: str, held: tuple[str, bool],
+                          opts: IngestOptions, only_new: bool, data: bytes) -> FileWriteResponse:
     """Read the file ``name`` (``data``) and write its document under ``held``, the id the request's ``doc_id`` names
-    (``held_id``): the document is checked under ``doc_id``, as ``PUT /documents`` checks one before it looks its id
+    and whether it replaces a document held under it (``writes.named``): the document is checked under ``doc_id``, as ``PUT /documents`` checks one before it looks its id
     up, so that a document held under a longer spelling than the one given (an index built from a corpus file) is
     replaced, not refused for a length the client never sent."""
     shown = shortened(name)  # how every message names the file (its name may be as long as an id, or longer)
@@ -156,10 +156,10 @@ async def _read_and_write(request: Request, live: Any, name: str, doc_id: str, h
         raise UnreadableFile(f"{shown}: {problem}; give the file a shorter one")
     try:  # the document read, under its id, as PUT /documents takes one (its front matter's keys, say)
         doc = written_document(document_json(dataclasses.replace(read.doc, id=doc_id)), shown,
-                               live.settings.max_title_chars)
+                               live.settings.max_title_chars, held[1])
     except CorpusError as e:
         raise UnreadableFile(str(e)) from None
-    doc = dataclasses.replace(doc, id=held)
+    doc = dataclasses.replace(doc, id=held[0])
     try:
         written = await live.upsert([doc], only_new=only_new)
     except HeldDocuments as e:

@@ -100,11 +100,12 @@ def live_of(request: Request) -> Any:
 UNROUTABLE = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029\x00")
 
 
-def id_problem(doc_id: str) -> str | None:
+def id_problem(doc_id: str, replacing: bool = False) -> str | None:
     """Why no document can be written under ``doc_id``, or None: the one rule of every route that writes one, whether
     the id comes in a body (``PUT /documents``), a query (``PUT /files/{name}?id=``) or a path (a file's name): more
-    than ``MAX_ID_CHARS`` characters, or a line break or NUL (``routing_problem``)."""
-    return length_problem(doc_id) or routing_problem(doc_id)
+    than ``MAX_ID_CHARS`` characters unless the write is ``replacing`` a document held under it (``named``), or a
+    line break or NUL (``routing_problem``)."""
+    return (None if replacing else length_problem(doc_id)) or routing_problem(doc_id)
 
 
 def routing_problem(doc_id: str) -> str | None:
@@ -169,6 +170,14 @@ def held_id(index: Any, doc_id: str) -> str:
     return spelling_held(doc_id, lambda spelling: live_row(index, spelling) is not None, respelled_ids(index))
 
 
+def named(index: Any, doc_id: str) -> tuple[str, bool]:
+    """The id a write of ``doc_id`` names in ``index`` (``held_id``), and whether it replaces a document held under
+    it that is longer than a write takes (``MAX_ID_CHARS``): an index built from a corpus file may hold such an id,
+    which ``/documents/{id}`` reads and deletes, and a write replaces it alike (one lookup more, for such ids only)."""
+    held = held_id(index, doc_id)
+    return held, length_problem(doc_id) is not None and live_row(index, held) is not None
+
+
 def named_id(request: Request, doc_id: str, index: Any) -> str:
     """The id that the path's ``/documents/{id}`` names in ``index`` (``held_id``); 422 for one that is not UTF-8, is
     blank, or holds a line break or NUL (no document can be written under it)."""
@@ -187,11 +196,12 @@ def parse_documents(given: list[DocumentIn], index: Any, max_title_chars: int) -
     out: list[Document] = []
     seen: dict[str, int] = {}
     for i, d in enumerate(given):
+        held, replacing = named(index, d.id)
         try:
-            doc = written_document(d.model_dump(exclude_none=True), f"document {i}", max_title_chars)
+            doc = written_document(d.model_dump(exclude_none=True), f"document {i}", max_title_chars, replacing)
         except CorpusError as e:
             raise refuse_document(i, e.field or "paragraphs", str(e)) from None
-        doc = dataclasses.replace(doc, id=held_id(index, doc.id))
+        doc = dataclasses.replace(doc, id=held)
         if doc.id in seen:
             other = given[seen[doc.id]].id
             raise refuse_document(i, "id", f"document id {quoted(d.id)} is also document {seen[doc.id]} of this "
@@ -202,12 +212,12 @@ def parse_documents(given: list[DocumentIn], index: Any, max_title_chars: int) -
     return out
 
 
-def written_document(obj: dict[str, Any], where: str, max_title_chars: int) -> Document:
+def written_document(obj: dict[str, Any], where: str, max_title_chars: int, replacing: bool = False) -> Document:
     """The corpus document of ``obj`` (the corpus format) as a write takes it, on every route that writes one
     (``PUT /documents``, and ``PUT /files/{name}``'s request and the document read from its file): CorpusError
     starting with ``where`` and naming the field for a title over ``max_title_chars``, anything the corpus reader
-    refuses (``core.io.document_from_json``), no non-blank paragraph, an id holding a line break or NUL
-    (``id_problem``), or a metadata key holding a NUL (no ``--meta`` flag can give one, nor a ``meta=`` be told
+    refuses (``core.io.document_from_json``), no non-blank paragraph, an id too long for a write that is not
+    ``replacing`` a document held under it or holding a line break or NUL (``id_problem``), or a metadata key holding a NUL (no ``--meta`` flag can give one, nor a ``meta=`` be told
     from a mistyped one)."""
     title = obj.get("title", "")
     if isinstance(title, str) and (problem := title_problem(title, max_title_chars)) is not None:
@@ -218,7 +228,7 @@ def written_document(obj: dict[str, Any], where: str, max_title_chars: int) -> D
         raise CorpusError(naming(str(e), obj["id"]) if isinstance(obj.get("id"), str) else str(e), e.field) from None
     if doc is None:
         raise CorpusError(f"{where} ({quoted(str(obj.get('id')))}) has no non-blank paragraph", "paragraphs")
-    if (problem := id_problem(doc.id)) is not None:
+    if (problem := id_problem(doc.id, replacing)) is not None:
         raise CorpusError(f"{where}: 'id' {problem}", "id")
     for field, metas in (("meta", [doc.meta]), ("passage_meta", doc.passage_meta)):
         if (key := next((k for m in metas for k in m if "\x00" in k), None)) is not None:
