@@ -53,15 +53,20 @@ def snapshot_index(index: str | Path, out: str | Path, live_dir: str | Path | No
         if path.exists() or path.is_symlink():
             raise BuildError(f"--out {out}: {path} exists; choose a new --out (a snapshot never overwrites one)")
     refuse_inside(out, index, live)
-    try:  # (a folder on the way that is a file, or one that cannot be made: named as --out's, not as a bare path)
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise BuildError(f"--out {out}: {unwritable(out, e).strerror}") from None
     t0 = time.perf_counter()
     tmp, live_tmp = out.with_name(out.name + TMP), live_out.with_name(live_out.name + TMP)
     with contextlib.ExitStack() as cleanup:
         cleanup.callback(shutil.rmtree, tmp, ignore_errors=True)  # (once renamed, nothing is left to remove)
         cleanup.callback(shutil.rmtree, live_tmp, ignore_errors=True)
+        # (a folder on the way that is a file, one that cannot be made, or one that takes no new directory, as /proc
+        # or /sys: named as --out's, not as the temporaries the copy writes first)
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            for made in (tmp, live_tmp):
+                shutil.rmtree(made, ignore_errors=True)  # what a killed snapshot left
+                made.mkdir()
+        except OSError as e:
+            raise BuildError(f"--out {out}: {unwritable(out, e).strerror}") from None
         copy_index(index, tmp)
         manifest = check_index(tmp)  # the copy is the index, file by file, to the checksum
         state = copy_live(live, index, live_tmp) if (live / STATE).is_file() else None

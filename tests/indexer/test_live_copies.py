@@ -314,6 +314,19 @@ def test_a_snapshot_is_refused_while_an_index_command_runs_and_over_an_existing_
         snapshot_index(index, tmp_path / "file" / "copy")
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+@pytest.mark.parametrize("out", ["/proc/spanseek-copy", "/proc/self/spanseek-copy"])
+def test_a_snapshot_into_a_folder_that_takes_no_directory_names_the_out_given(tmp_path, tiny_index, out):
+    """``--out /proc/x`` (a special file system: no new directory there, for root too) was refused naming the
+    temporary it writes first, ``/proc/x.snapshot.tmp``: a path the user never gave. Now ``--out`` as given."""
+    from spanseek.indexer.build import BuildError
+    from spanseek.indexer.snapshot import snapshot_index
+
+    with pytest.raises(BuildError, match=rf"^--out {out}: cannot be written: ") as refused:
+        snapshot_index(tiny_index, Path(out))
+    assert ".snapshot.tmp" not in str(refused.value)
+
+
 def test_a_live_directory_copied_across_a_merge_without_its_base_is_refused_naming_it(served, tmp_path):
     """`cp -r` of a live directory while a merge swaps its base can copy the state naming the old base after that base
     was removed: a start says so, rather than that there is no index to serve."""
