@@ -51,11 +51,43 @@ def test_compose_file_validates_with_safe_defaults():
     assert spanseek["image"] == "spanseek:cpu" and "deploy" not in spanseek
     assert spanseek["environment"]["SPANSEEK_API_KEY"] == ""  # unset = empty = no key
     mounts = {v.split(":")[1]: v.split(":")[2] for v in spanseek["volumes"]}  # source:target:mode
-    assert mounts == {"/data/index": "ro", "/models/custom": "ro", "/data/live": "rw", "/data/onnx": "rw"}
+    assert mounts == {"/data/index": "ro", "/models/custom": "ro", "/data/live": "rw", "/data/onnx": "rw",
+                      "/data/backups": "rw"}
     # SIGTERM's drain (uvicorn's graceful shutdown: 10 s) ends before Docker's SIGKILL
     assert float(str(spanseek["stop_grace_period"]).rstrip("s")) > 10
     assert spanseek["environment"]["SPANSEEK_WRITES"] == "false" and spanseek["environment"]["SPANSEEK_LIVE_DIR"] == "/data/live"
     assert services["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == "s3cret"
+
+
+def test_the_writer_has_a_writable_backup_folder_apart_from_the_index_and_its_writes(tmp_path):
+    """With writes on, the live index is the read-only index mount and the spanseek-live volume together, and the
+    stack had nowhere to write a `spanseek index snapshot` of them (not in either: refused; the container's own
+    layer: lost with it). The writer mounts /data/backups writable: a volume of its own, or a host folder; the images
+    make it the service user's (a new volume takes its owner), and the guide's commands use those paths."""
+    out = compose_config("docker-compose.yml", GRAFANA_ADMIN_PASSWORD="s3cret")
+    assert out.returncode == 0, out.stderr
+    config = yaml.safe_load(out.stdout)
+    services = config["services"]
+    assert "spanseek-backups:/data/backups:rw" in services["spanseek"]["volumes"]
+    assert "spanseek-backups" in config["volumes"]
+    assert not any(v.split(":")[1] == "/data/backups" for v in services["spanseek-replica"]["volumes"])
+    environment = services["spanseek"]["environment"]
+    backups = Path("/data/backups")
+    for served in (environment["SPANSEEK_INDEX"], environment["SPANSEEK_LIVE_DIR"]):  # where a snapshot may not lie
+        assert Path(served) not in (backups, *backups.parents) and backups not in Path(served).parents
+    out = compose_config("docker-compose.yml", GRAFANA_ADMIN_PASSWORD="s3cret", SPANSEEK_BACKUP_DIR=str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert f"{tmp_path}:/data/backups:rw" in yaml.safe_load(out.stdout)["services"]["spanseek"]["volumes"]
+    for name in ("Dockerfile.cpu", "Dockerfile.cuda"):
+        text = (ROOT / "docker" / name).read_text()
+        assert re.search(r"mkdir -p [^\n]*/data/backups", text) and re.search(r"chown spanseek [^#\n]*/data/backups",
+                                                                               text), name
+    guide = (ROOT / "docs" / "deploy.md").read_text()
+    section = guide[guide.index("### Backing up and restoring the live index"):guide.index("### Alerts")]
+    commands = [line for line in section.splitlines() if line.startswith(("docker compose", "SPANSEEK_", "  '"))]
+    assert any("index snapshot" in c and "--out /data/backups/" in c for c in commands), commands
+    assert any("cp -a /data/backups/" in c and "/data/live/" in c for c in commands), commands
+    assert "SPANSEEK_BACKUP_DIR" in section
 
 
 def test_compose_runs_one_writer_and_read_replicas_following_its_merges():
