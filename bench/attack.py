@@ -257,7 +257,7 @@ async def part_flood(args: argparse.Namespace, workdir: Path) -> dict:
     kept = flood["answered_qps"] / max(saturation["answered_qps"], 1e-9)
     log_mb_per_min = grown / 1e6 / (args.seconds / 60)
     refused = next((line.split()[-1] for line in metrics.splitlines()
-                    if line.startswith('spanseek_errors_total{type="overloaded"}')), None)
+                    if line.startswith('spanseek_errors_total{route="/search",type="overloaded"}')), None)
     return {"clients": args.flood_clients, "saturation": saturation, "flood": flood,
             "answered_share_of_saturation": round(kept, 3), "errors_5xx": errors_5xx,
             "log_bytes": grown, "log_mb_per_min": round(log_mb_per_min, 3), "refusals_counted_in_metrics": refused,

@@ -420,26 +420,25 @@ def create_app(settings: Settings, searcher_factory: SearcherFactory | None = No
     )
     app.state.service = state
 
-    def count_error(error_type: str) -> None:
-        metrics.errors.labels(type=error_type).inc()
-
-    install_error_handlers(app, on_error=count_error)
+    install_error_handlers(app, on_error=metrics.count_error)
     app.include_router(router)
     app.include_router(writes_router)
     app.include_router(files_router)
+    # (the routers' routes: the app's own list holds each router as one entry)
+    metrics.start_routes([route for r in (router, writes_router, files_router) for route in r.routes])
 
     def would_admit(client: str) -> None:
         if state.batcher is not None:
             state.batcher.check_would_admit(client)
 
-    app.add_middleware(EarlyShedMiddleware, would_admit=would_admit, on_error=count_error,
+    app.add_middleware(EarlyShedMiddleware, would_admit=would_admit, on_error=metrics.count_error,
                        fair_share_by=settings.fair_share_by)  # innermost
     app.add_middleware(SlowRefusalMiddleware, delay_s=settings.reload_refusal_delay_s)
     if tracer_provider is not None:  # inside the request id (an attribute of the span), outside the early 429
         app.add_middleware(TracingMiddleware, provider=tracer_provider)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes,
                        max_file_bytes=settings.max_file_bytes, metrics=metrics,
-                       on_error=count_error, body_timeout_s=settings.body_timeout_s,
+                       on_error=metrics.count_error, body_timeout_s=settings.body_timeout_s,
                        access_log_per_s=settings.access_log_per_s,
                        keep_alive_s=settings.keep_alive_s if announce_keep_alive else None)
     if settings.cors_origins:  # outermost: the errors the middlewares send themselves (413, 408, 500) carry it too

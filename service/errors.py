@@ -315,8 +315,8 @@ def _unreadable_body(exc: BaseException) -> bool:
 
 
 def install_error_handlers(app: FastAPI, on_error=None) -> None:
-    """Route FastAPI's exception handling through ``error_response``; ``on_error(error_type)`` counts errors (not
-    ``/ready``'s 503 before the service is ready: every start would show as errors, one per probe)."""
+    """Route FastAPI's exception handling through ``error_response``; ``on_error(error_type, scope)`` counts errors
+    (not ``/ready``'s 503 before the service is ready: every start would show as errors, one per probe)."""
 
     async def handle(request: Request, exc: Exception) -> JSONResponse:
         state = getattr(request.app.state, "service", None)
@@ -327,7 +327,7 @@ def install_error_handlers(app: FastAPI, on_error=None) -> None:
         if isinstance(answered, Overloaded):  # why, for the refusals' metric (service.middleware)
             request.scope.setdefault("state", {})["refusal"] = answered.reason
         if on_error is not None and request.url.path != "/ready":  # a probe's 503 while starting is its answer
-            on_error(error_type_of(answered))
+            on_error(error_type_of(answered), request.scope)
         return response
 
     for exc_type in (ServiceError, RequestValidationError, StarletteHTTPException):

@@ -10,13 +10,15 @@ from __future__ import annotations
 import contextlib
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+from starlette.routing import BaseRoute, Match
+from starlette.types import Scope
 
 from spanseek.core.params import UNITS
 from spanseek.core.plan import StageTimes
@@ -62,6 +64,28 @@ READ_LABELS = ("false", "true")
 # why a search was refused with 429 (spanseek_search_refusals_total): the queue full (max_queue), its batch too far
 # off (max_queue_wait_ms), or its client past its fair share of the queue while other clients wait
 REFUSAL_REASONS = ("queue_full", "wait_budget", "fair_share")
+# the `route` label of spanseek_errors_total for a request whose path no route takes (a 404 from routing): its raw path
+# would give a series per path asked, however many a client (or a scanner) makes up
+UNMATCHED_ROUTE = "unmatched"
+# where every error type starts at 0 (the route each deployment serves), so rate() by type shows 0, not "no data"
+SEARCH_ROUTE = "/search"
+
+
+def route_of(scope: Scope, routes: Iterable[BaseRoute] = ()) -> str:
+    """The template of the route a request was sent to (``/documents/{doc_id}``), for the ``route`` label: bounded,
+    unlike the raw path (a series per document id). A request answered before routing (an error the middleware
+    sends: 413, 415, 408, an early 429) takes that of the one of ``routes`` its path and method match, else of the one
+    its path matches (a 405); ``UNMATCHED_ROUTE`` where none does."""
+    route = scope.get("route")
+    if route is None:
+        matches = [(r.matches(scope)[0], r) for r in routes]
+        route = next((r for match in (Match.FULL, Match.PARTIAL) for m, r in matches if m is match), None)
+    return UNMATCHED_ROUTE if route is None else template_of(route)
+
+
+def template_of(route: BaseRoute) -> str:
+    """A route's path as its OpenAPI page shows it, its parameters without their convertors: ``/documents/{doc_id}``."""
+    return str(getattr(route, "path_format", None) or getattr(route, "path", UNMATCHED_ROUTE))
 
 
 class CacheCollector(Collector):
@@ -119,6 +143,7 @@ class ServiceMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        self.routes: list[BaseRoute] = []  # the app's (start_routes)
         self.question_cache = CacheCollector()
         r.register(self.question_cache)
         self.live_disk = DiskCollector()
@@ -143,7 +168,8 @@ class ServiceMetrics:
         )
         self.questions = Counter("spanseek_questions_total", "questions searched, by unit", ["unit"], registry=r)
         self.queue_depth = Gauge("spanseek_queue_depth", "questions waiting for a batch", registry=r)
-        self.errors = Counter("spanseek_errors_total", "error answers by type", ["type"], registry=r)
+        self.errors = Counter("spanseek_errors_total", "error answers by type and route (the route's template, "
+                              "/documents/{doc_id}; unmatched: a path no route takes)", ["type", "route"], registry=r)
         self.ready = Gauge("spanseek_ready", "1 once the model and index are loaded and warmed up", registry=r)
         # a standby writer is unready by design: these tell it from a server that failed (SpanseekNotReady)
         self.writer = Gauge("spanseek_writer", "1 once this server, with writes, holds the live directory's writer "
@@ -203,7 +229,7 @@ class ServiceMetrics:
         for reason in REFUSAL_REASONS:
             self.search_refusals.labels(reason=reason)
         for t in ERROR_TYPES:  # zeros rather than missing series, so rate() panels show 0 instead of "no data"
-            self.errors.labels(type=t)
+            self.errors.labels(type=t, route=SEARCH_ROUTE)
         for unit in UNITS:
             self.questions.labels(unit=unit)
         for stage in STAGES:
@@ -250,6 +276,18 @@ class ServiceMetrics:
         self.request_duration.labels(unit=unit, status=str(status), read=READ_LABELS[read]).observe(seconds)
         if status == 429:
             self.search_refusals.labels(reason=refusal or "queue_full").inc()
+
+    def count_error(self, error_type: str, scope: Scope) -> None:
+        """Count one error answer of ``error_type`` (as in ErrorResponse.error) to the request of ``scope``, by its
+        route (``route_of``)."""
+        self.errors.labels(type=error_type, route=route_of(scope, self.routes)).inc()
+
+    def start_routes(self, routes: Iterable[BaseRoute]) -> None:
+        """The app's routes, which ``count_error`` matches a request answered before routing against; each starts at
+        0 internal errors, so rate() by route shows 0, not "no data"."""
+        self.routes = list(routes)
+        for route in self.routes:
+            self.errors.labels(type="internal_error", route=template_of(route))
 
     def count_cut(self, reason: str) -> None:
         """Count a connection the server cut off (``reason``: one of ``CUT_REASONS``)."""

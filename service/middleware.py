@@ -51,7 +51,7 @@ class RequestContextMiddleware:
     the header gives the connection up before the server closes it instead of racing the close."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, metrics: ServiceMetrics,
-                 on_error: Callable[[str], Any] | None = None, body_timeout_s: float | None = None,
+                 on_error: Callable[[str, Scope], Any] | None = None, body_timeout_s: float | None = None,
                  access_log_per_s: float = 0.0, max_file_bytes: int | None = None, keep_alive_s: int | None = None):
         self.app = app
         self.keep_alive = None if keep_alive_s is None else f"timeout={keep_alive_s}"
@@ -149,7 +149,7 @@ class RequestContextMiddleware:
 
     async def _send_error(self, exc: BaseException, request_id: str, scope: Scope, receive: Receive, send: Send) -> None:
         if self.on_error is not None:
-            self.on_error(error_type_of(exc))
+            self.on_error(error_type_of(exc), scope)
         await error_response(exc, request_id)(scope, receive, send)
 
 
@@ -203,7 +203,8 @@ class EarlyShedMiddleware:
     MAX_TARPIT_S = 10.0
     MAX_CLIENTS = 4096  # remembered Retry-After deadlines before the expired ones are dropped
 
-    def __init__(self, app: ASGIApp, would_admit: Callable[[str], None], on_error: Callable[[str], Any] | None = None,
+    def __init__(self, app: ASGIApp, would_admit: Callable[[str], None],
+                 on_error: Callable[[str, Scope], Any] | None = None,
                  fair_share_by: FairShareBy = "connection"):
         self.app = app
         self.would_admit = would_admit
@@ -218,7 +219,7 @@ class EarlyShedMiddleware:
                 self.would_admit(client)
             except Overloaded as exc:
                 if self.on_error is not None:
-                    self.on_error(exc.error)
+                    self.on_error(exc.error, scope)
                 scope.setdefault("state", {})["refusal"] = exc.reason
                 early = self._retry_at.get(client, 0.0) - time.monotonic()
                 if early > 0:  # it ignored the Retry-After it was given: it waits it out here

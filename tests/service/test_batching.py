@@ -69,7 +69,7 @@ async def test_overload_answers_429_at_once_not_timeouts(hold_worker, until, set
         assert all(int(r.headers["Retry-After"]) >= 1 and r.json()["error"] == "overloaded" for r in refused)
         metrics = (await ac.get("/metrics")).text
         assert "spanseek_queue_depth 4.0" in metrics
-        assert 'spanseek_errors_total{type="overloaded"} 6.0' in metrics
+        assert 'spanseek_errors_total{route="/search",type="overloaded"} 6.0' in metrics
         encoder.gate.set()
         served = await asyncio.wait_for(asyncio.gather(busy, *[t for t in tasks if not t.done()]), 30)
     assert [r.status_code for r in served] == [200] * 5
@@ -111,7 +111,7 @@ def test_a_client_that_disconnects_is_skipped_under_uvicorn(settings_for, counti
         with pytest.raises(httpx.TimeoutException):
             httpx.post(url + "/search", json={"query": "impatient client"}, timeout=0.5)
         deadline = time.monotonic() + 10
-        while 'spanseek_errors_total{type="client_closed"} 1.0' not in httpx.get(url + "/metrics").text:
+        while 'spanseek_errors_total{route="/search",type="client_closed"} 1.0' not in httpx.get(url + "/metrics").text:
             assert time.monotonic() < deadline, "the disconnect was not noticed"
             time.sleep(0.05)
         assert "spanseek_queue_depth 0.0" in httpx.get(url + "/metrics").text  # left the queue while the batch runs

@@ -292,7 +292,7 @@ def test_dashboard_covers_the_required_panels():
     exprs = "\n".join(dashboard_exprs())
     for needle in ("rate(spanseek_request_duration_seconds_count", "histogram_quantile(0.5,", "histogram_quantile(0.95,",
                    "histogram_quantile(0.99,", "spanseek_stage_duration_seconds", "spanseek_batch_size",
-                   "spanseek_queue_depth", "spanseek_errors_total", "spanseek_write_step_wait_seconds_bucket",
+                   "spanseek_queue_depth", "spanseek_errors_total", "sum by (route) (rate(spanseek_errors_total", "spanseek_write_step_wait_seconds_bucket",
                    "spanseek_write_step_duration_seconds_bucket", "spanseek_write_visible_seconds_bucket",
                    "spanseek_merge_duration_seconds_bucket", "spanseek_live_disk_free_bytes"):
         assert needle in exprs, needle

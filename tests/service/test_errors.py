@@ -246,7 +246,7 @@ def test_too_many_queries_is_a_413_naming_the_servers_limit_whichever_check_meet
             assert body["message"] == f"{n:,} queries in one request; at most 4 (max_queries_per_request, GET /info)"
         # the size is the request's first fault, whatever else is wrong with it
         assert_error(c.post("/search", json={"queries": ["q"] * 2000, "top_k": "x"}), 413, "payload_too_large")
-        assert 'spanseek_errors_total{type="payload_too_large"} 4.0' in c.get("/metrics").text
+        assert 'spanseek_errors_total{route="/search",type="payload_too_large"} 4.0' in c.get("/metrics").text
         assert_error(c.post("/search", json={"queries": ["q"], "top_k": "x"}), 422, "validation_error")
 
 
@@ -324,7 +324,7 @@ def test_failed_load_is_reported_on_ready_while_alive(settings_for, tmp_path):
         assert str(tmp_path) not in search["message"]
         for _ in range(3):  # the probe's 503 is its answer, not an error: a start polled every 2 s counted dozens
             assert c.get("/ready").status_code == 503
-        assert 'spanseek_errors_total{type="not_ready"} 1.0' in c.get("/metrics").text  # the search's
+        assert 'spanseek_errors_total{route="/search",type="not_ready"} 1.0' in c.get("/metrics").text  # the search's
 
 
 def test_paths_are_shown_only_to_key_holders(settings_for, tmp_path, tiny_searcher, serve, monkeypatch):
@@ -379,7 +379,7 @@ def test_unexpected_error_is_a_generic_500_with_logged_request_id(settings_for, 
         assert "secret" not in r.text and body["request_id"] in body["message"]
         assert any(body["request_id"] in rec.getMessage() for rec in caplog.records)
         assert c.get("/health").status_code == 200  # the batcher survived
-        assert 'spanseek_errors_total{type="internal_error"} 1.0' in c.get("/metrics").text
+        assert 'spanseek_errors_total{route="/search",type="internal_error"} 1.0' in c.get("/metrics").text
 
 
 @pytest.mark.parametrize("content_type", ["application/x-www-form-urlencoded", "text/plain", None])

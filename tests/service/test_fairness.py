@@ -243,6 +243,6 @@ async def test_a_refusal_under_overload_writes_no_access_line(overloaded, caplog
             statuses = [(await ac.post("/search", json={"query": f"q{i}"})).status_code for i in range(20)]
             assert statuses == [429] * 20
             assert "POST /search 429" not in caplog.text
-            assert 'spanseek_errors_total{type="overloaded"} 20.0' in (await ac.get("/metrics")).text
+            assert 'spanseek_errors_total{route="/search",type="overloaded"} 20.0' in (await ac.get("/metrics")).text
             assert (await ac.get("/info")).status_code == 200
             assert "GET /info 200" in caplog.text  # other requests still get their line

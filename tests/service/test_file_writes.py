@@ -255,7 +255,7 @@ def test_a_reader_that_cannot_start_is_a_503_counted_and_the_next_upload_is_read
         assert r.status_code == 503 and r.json()["error"] == "reader_unavailable", r.text
         assert "could not start (no fork)" in r.json()["message"] and int(r.headers["retry-after"]) >= 1
         assert client.get("/documents/a.txt", headers=KEY).status_code == 404
-        assert 'spanseek_errors_total{type="reader_unavailable"} 1.0' in client.get("/metrics").text
+        assert 'spanseek_errors_total{route="/files/{name}",type="reader_unavailable"} 1.0' in client.get("/metrics").text
         r = client.put("/files/a.txt", headers=KEY, content=b"In 1450 Gala built the bridge.")
         assert r.status_code == 200, r.text
 

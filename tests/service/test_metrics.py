@@ -18,6 +18,39 @@ def samples(text: str) -> dict[tuple[str, tuple], float]:
     }
 
 
+def errors_by_route(text: str) -> dict[tuple[str, str], float]:
+    """spanseek_errors_total's samples by (route, type), those at 0 left out."""
+    return {(dict(labels)["route"], dict(labels)["type"]): value for (name, labels), value in samples(text).items()
+            if name == "spanseek_errors_total" and value}
+
+
+def test_errors_are_counted_by_the_route_template_never_the_raw_path(settings_for, tmp_path):
+    """spanseek_errors_total was labelled by error type alone: which endpoint failed could not be told. It carries
+    the route's template (one series per route, whatever the ids asked for), errors the middleware answers before
+    routing (a body too large, an encoded one) included, and ``unmatched`` for a path no route takes."""
+    from spanseek.service.app import create_app
+    from tests.service.conftest import serving
+
+    settings = settings_for(writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0, max_body_bytes=2000)
+    with serving(create_app(settings)) as client:
+        key = {"X-API-Key": "key"}
+        for doc_id in ("a", "b", "c/d"):
+            assert client.get(f"/documents/{doc_id}", headers=key).status_code == 404
+        assert client.post("/search", json={"query": "a", "top_k": 0}).status_code == 401
+        assert client.post("/search", headers=key, json={"query": "x" * 3000}).status_code == 413
+        assert client.put("/documents", headers={**key, "Content-Encoding": "gzip"}, content=b"{}").status_code == 415
+        for path in ("/nowhere/1", "/nowhere/2"):
+            assert client.get(path).status_code == 404
+        assert client.delete("/search").status_code == 405
+        text = client.get("/metrics").text
+    assert errors_by_route(text) == {("/documents/{doc_id}", "not_found"): 3, ("/search", "unauthorized"): 1,
+                                     ("/search", "payload_too_large"): 1, ("/documents", "unsupported_media_type"): 1,
+                                     ("unmatched", "not_found"): 2, ("/search", "method_not_allowed"): 1}
+    routes = {dict(labels)["route"] for (name, labels) in samples(text) if name == "spanseek_errors_total"}
+    assert {"/documents/{doc_id}", "/files/{name}", "/admin/reload", "/info"} <= routes  # every route starts at 0
+    assert not [r for r in routes if "{" in r and ":" in r]  # the convertor (``:path_text``) is no part of it
+
+
 def test_metrics_reflect_traffic(client, tiny_searcher):
     for unit in ("phrase", "passage", "doc"):
         assert client.post(f"/search?unit={unit}", json={"queries": ["a", "b"], "top_k": 2}).status_code == 200
@@ -36,10 +69,11 @@ def test_metrics_reflect_traffic(client, tiny_searcher):
     assert m[("spanseek_request_duration_seconds_count", (("read", "false"), ("status", "422"), ("unit", "invalid")))] == 1
     assert not [labels for (name, labels) in m if name == "spanseek_request_duration_seconds_count"
                 and ("status", "405") in labels]
-    assert m[("spanseek_errors_total", (("type", "method_not_allowed"),))] == 1  # counted as an error still
-    assert m[("spanseek_errors_total", (("type", "bad_request"),))] == 1
-    assert m[("spanseek_errors_total", (("type", "validation_error"),))] == 2
-    assert m[("spanseek_errors_total", (("type", "overloaded"),))] == 0  # pre-created at zero
+    search = ("route", "/search")
+    assert m[("spanseek_errors_total", (search, ("type", "method_not_allowed")))] == 1  # counted as an error still
+    assert m[("spanseek_errors_total", (search, ("type", "bad_request")))] == 1
+    assert m[("spanseek_errors_total", (search, ("type", "validation_error")))] == 2
+    assert m[("spanseek_errors_total", (search, ("type", "overloaded")))] == 0  # pre-created at zero
     assert m[("spanseek_batch_size_count", ())] == 3 and m[("spanseek_batch_size_sum", ())] == 6
     for stage in ("encode", "search", "aggregate"):
         assert m[("spanseek_stage_duration_seconds_count", (("stage", stage),))] == 3

@@ -218,7 +218,7 @@ async def test_a_refusal_under_overload_does_not_read_or_validate_the_body(hold_
         assert r.status_code == 429 and r.headers["Retry-After"] == "2" and r.headers["X-Request-ID"] == "shed-1"
         assert r.json()["error"] == "overloaded" and r.json()["request_id"] == "shed-1"
         assert (await ac.get("/health")).status_code == 200  # only /search is shed
-        assert 'spanseek_errors_total{type="overloaded"} 1.0' in (await ac.get("/metrics")).text
+        assert 'spanseek_errors_total{route="/search",type="overloaded"} 1.0' in (await ac.get("/metrics")).text
         encoder.gate.set()
         assert [x.status_code for x in await asyncio.wait_for(asyncio.gather(busy, queued), 30)] == [200, 200]
         r = await ac.post("/search", **bad)  # not overloaded: parsed and validated as before

@@ -147,7 +147,7 @@ async def test_a_failing_reload_keeps_the_old_index(settings_for, async_serve, f
     reload = info["service"]["reload"]
     assert (reload["reloads"], reload["failed"], reload["last"]["outcome"]) == (0, len(cases), "failed")
     assert f'spanseek_index_reloads_total{{outcome="failed"}} {len(cases)}.0' in metrics
-    assert 'spanseek_errors_total{type="reload_failed"} 5.0' in metrics
+    assert 'spanseek_errors_total{route="/admin/reload",type="reload_failed"} 5.0' in metrics
 
 
 async def test_alias_switches_are_picked_up(settings_for, async_serve, until, tiny_index, index_b, foreign_index,
@@ -253,8 +253,8 @@ async def test_reloads_on_request_are_shared_and_spaced(settings_for, async_serv
         assert r.status_code == 429 and "reload_min_interval_s" in r.json()["message"]
         assert 50 <= int(r.headers["Retry-After"]) <= 60 and state.reloader.reloads == 1
         metrics = (await client.get("/metrics")).text  # not load shedding, which the overload alert watches
-        assert r.json()["error"] == "reload_throttled" and 'spanseek_errors_total{type="reload_throttled"} 1.0' in metrics
-        assert 'spanseek_errors_total{type="overloaded"} 0.0' in metrics
+        assert r.json()["error"] == "reload_throttled" and 'spanseek_errors_total{route="/admin/reload",type="reload_throttled"} 1.0' in metrics
+        assert 'spanseek_errors_total{route="/search",type="overloaded"} 0.0' in metrics
         r = await client.post("/admin/reload")
         assert r.status_code == 401 and time.monotonic() - t0 >= 2 * 0.5  # refusals answered after the delay
         t0 = time.monotonic()

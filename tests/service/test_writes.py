@@ -182,7 +182,7 @@ def test_an_add_writes_new_ids_only_and_refuses_held_ones_whole(write_settings):
         assert client.get("/documents/new-1", headers=KEY).json()["title"] == DOC["title"]
         assert client.delete("/documents/new-1", headers=KEY).status_code == 200
         assert client.post("/documents", headers=KEY, json=DOC).status_code == 200  # deleted: new again
-        assert 'spanseek_errors_total{type="conflict"} 2.0' in client.get("/metrics").text
+        assert 'spanseek_errors_total{route="/documents",type="conflict"} 2.0' in client.get("/metrics").text
 
 
 def test_a_write_over_max_write_tokens_is_refused_naming_its_largest_document_before_encoding(write_settings,
@@ -780,7 +780,9 @@ def test_a_write_the_disk_has_no_room_for_is_a_507_naming_the_file_and_searches_
             assert r.json()["error"] == "insufficient_storage"
             assert r.json()["message"].startswith(f"{wal.path}: No space left on device")
         assert found(client, "new-1") and not found(client, "new-2")  # searches go on; nothing refused was applied
-        assert 'spanseek_errors_total{type="insufficient_storage"} 2.0' in client.get("/metrics").text
+        metrics = client.get("/metrics").text
+        for route in ("/documents", "/documents/{doc_id}"):
+            assert f'spanseek_errors_total{{route="{route}",type="insufficient_storage"}} 1.0' in metrics
         monkeypatch.undo()
         assert client.put("/documents", headers=KEY, json={**DOC, "id": "new-3"}).status_code == 200
     with serving(create_app(settings)) as client:
