@@ -148,7 +148,9 @@ class IndexReloader:
     def __init__(self, state: ServiceState, reopener: Reopener | None = None):
         self.state = state
         self.reopener = reopener or default_reopener
-        self.path = Path(state.settings.index)  # the served path (alias or directory); a reload may change it
+        # the served path (alias or directory; a reload may change it), absolute: a start that fails on it quotes it so,
+        # and hide_paths shortens it for a caller without a key (/ready, /health), where a relative path showed whole
+        self.path = Path(state.settings.index).absolute()
         self.signature: Signature | None = None  # of the path when the served index was loaded
         self._failed: Signature | None = None  # the watcher does not retry a switch that already failed
         self._lock = asyncio.Lock()

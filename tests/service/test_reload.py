@@ -472,3 +472,20 @@ async def test_a_failed_reload_of_a_relative_path_hides_it_from_a_caller_without
             error = (await client.get("/info")).json()["service"]["reload"]["last"]["error"]
             assert says in error and f".../{given.name}" in error, error
             assert "aliases" not in error, error
+
+
+async def test_a_start_that_fails_on_a_relative_alias_hides_it_from_a_caller_without_a_key(settings_for, until,
+                                                                                          monkeypatch, tmp_path):
+    """Started on a relative alias that names nothing (SPANSEEK_INDEX=aliases/current, a dangling symlink): /ready
+    and /health quoted the path as given, whole, to a caller without a key."""
+    (tmp_path / "aliases").mkdir()
+    (tmp_path / "aliases" / "current").symlink_to(tmp_path / "gone")
+    monkeypatch.chdir(tmp_path)
+    app = create_app(settings_for(index=Path("aliases/current")))
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+            await until(lambda: app.state.service.status == "failed")
+            ready = (await client.get("/ready")).json()["message"]
+            health = (await client.get("/health")).json()["detail"]
+    for said in (ready, health):
+        assert "dangling symlink" in said and ".../current" in said and "aliases" not in said, said
