@@ -9,7 +9,10 @@ On every question of the file (or a fixed sample of --limit), searched over --in
 - read hits' confidence: the first hit's expected calibration error (10 bins) per unit, every answer in the index;
 - the reader alone reading each question's gold passage (reading-comprehension EM / F1);
 - speed, one run on this machine: phrase search q/s at batch 64 (--batch-size) with and without reading (question
-  encoding included, after a warm-up batch), and their ratio.
+  encoding included, after a warm-up batch), and their ratio;
+- cost, what admission counts a read question for (service/cost.py): CPU seconds (this process, all its threads) of
+  a batch of phrase questions read at 1, 3 and 5 passages (--cost-depths) against the same batch unread, each
+  passage's share fitted as a line through them: question-equivalents a passage read.
 
 ``--parts`` measures a subset (``--parts with_read`` compares two fits of reading for one reader). ``--read-below T
 ...`` adds, for each T, the same quality, the share of questions read and (with the speed part) the q/s with
@@ -39,7 +42,7 @@ from spanseek.core.params import SearchParams  # noqa: E402
 from spanseek.core.reader import reading_comprehension  # noqa: E402
 
 RUNS = {"phrase": ("phrase", 1), "passage": ("passage", 5), "doc": ("doc", 1)}
-PARTS = ("speed", "without_read", "with_read", "reader_rc")
+PARTS = ("speed", "cost", "without_read", "with_read", "reader_rc")
 
 
 def quality(searcher, questions, read: bool, read_passages: int | None, batch: int,
@@ -109,6 +112,32 @@ def speed(searcher, questions, read: bool, read_passages: int | None, batches: i
     return round(len(timed) / (time.perf_counter() - t0), 1)
 
 
+def cpu_seconds(searcher, texts: list[str], params: SearchParams, batch: int) -> float:
+    """CPU seconds of searching ``texts`` in batches of ``batch`` with ``params`` (read anew: nothing remembered)."""
+    if searcher.reading is not None:
+        searcher.reading._recent.clear()
+    t0 = time.process_time()
+    for b in range(0, len(texts), batch):
+        searcher.search(texts[b:b + batch], params)
+    return time.process_time() - t0
+
+
+def read_cost(searcher, questions, depths: list[int], batches: int, batch: int) -> dict:
+    """Question-equivalents of a read phrase question: each depth's CPU time against the unread batch's, and the
+    least-squares line ``cost = base + per_passage x depth`` through them (after a warm-up batch of each)."""
+    texts = [q.question for q in questions]
+    timed = texts[batch:batch * (batches + 1)]
+    settings = [SearchParams()] + [SearchParams(read=True, read_passages=d) for d in depths]
+    for params in settings:
+        cpu_seconds(searcher, texts[:batch], params, batch)
+    unread = cpu_seconds(searcher, timed, settings[0], batch)
+    ratios = [cpu_seconds(searcher, timed, params, batch) / unread for params in settings[1:]]
+    per_passage, base = np.polyfit(np.array(depths, dtype=float), np.array(ratios), 1)
+    return {"questions": len(timed), "batch": batch, "unread_cpu_s": round(unread, 3),
+            "read_cost": {str(d): round(r, 2) for d, r in zip(depths, ratios, strict=True)},
+            "per_passage": round(float(per_passage), 2), "base": round(float(base), 2)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--index", required=True)
@@ -118,6 +147,8 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=None, help="a fixed random sample of N questions")
     ap.add_argument("--read-passages", type=int, default=None, help="default: the reader's fitted one")
     ap.add_argument("--speed-batches", type=int, default=8, help="timed batches for the q/s")
+    ap.add_argument("--cost-depths", type=int, nargs="+", default=[1, 3, 5], metavar="N",
+                    help="read_passages the cost part reads at")
     ap.add_argument("--batch-size", type=int, default=64, help="questions per search batch")
     ap.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"], help="question encoder")
     ap.add_argument("--reader-precision", default="auto", choices=["auto", "fp32", "bf16"])
@@ -145,6 +176,8 @@ def main() -> int:
             "without_read_qps": speed(searcher, questions, False, None, args.speed_batches, args.batch_size),
             "with_read_qps": speed(searcher, questions, True, args.read_passages, args.speed_batches, args.batch_size)}
         result["speed"]["ratio"] = round(result["speed"]["with_read_qps"] / result["speed"]["without_read_qps"], 3)
+    if "cost" in parts:
+        result["cost"] = read_cost(searcher, questions, args.cost_depths, args.speed_batches, args.batch_size)
     if "without_read" in parts:
         result["without_read"] = quality(searcher, questions, False, None, args.batch_size)
     if "with_read" in parts:

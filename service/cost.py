@@ -5,7 +5,7 @@ costs more the deeper its ranking (``depth``: ``rank_window``, else ``offset + t
 start and end tokens, a ``passage`` or ``doc`` search for 8 x depth, and the latter widens its token search
 (4x a round) until ``depth`` distinct units are among the candidates, which costs more and more as the depth nears
 the number of passages or documents in the index, and at that number completes spans for every token. Reading
-adds a reader pass per passage read. The factors below were measured on the demo index (22 documents, 1,022
+adds a reader pass per passage read (``READ_PASSAGE_COST``, measured apart). The factors below were measured on the demo index (22 documents, 1,022
 passages, 146k tokens; ``python bench/attack.py --parts cost``: 16-question batches, seconds per batch against 16
 default phrase questions), per unit: documents, each of many passages, are found sooner than passages;
 docs/service.md lists them. At full depth every token is searched, so that point scales with the index's tokens
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -69,9 +70,14 @@ COLLAPSE_FACTOR = {"phrase": 1.25, "passage": 1.25, "doc": 1.6}
 # for 6,000-word ones at top_k 10. The largest is counted for each hit of the depth, over exact collapsing's cost
 # (admission cannot know how many near copies a ranking holds).
 NEAR_HIT_COST = 0.55
-# Reading: question-equivalents per passage read (estimated, not measured: a reader pass of a few ms a passage
-# against about 8 ms a question in a full batch).
-READ_PASSAGE_COST = 0.5
+# Reading: question-equivalents per passage read. CPU time (this process, all threads) of batches of validation
+# phrase questions read at 1, 3 and 5 passages against the same batches unread, a line fitted through the ratios
+# (bench/reading.py --parts cost; demo index, default model and reader in ONNX Runtime, AMD EPYC with AVX-512 bf16,
+# 2 cores shared with other jobs): 2.59 and 2.35 a passage in batches of 16 (max_batch_size's default), 2.78 in
+# batches of 64; a question read at the reader's default 3 passages measured 8.0-9.4 question-equivalents in all
+# (bench/results/reading_cost.json).
+# The largest is kept.
+READ_PASSAGE_COST = 2.8
 
 
 @dataclass(frozen=True)
@@ -81,11 +87,22 @@ class CostModel:
     units: Mapping[str, int]  # "passage" and "doc": how many the index serves (deleted documents' not counted)
     tokens: int = FULL_DEPTH_TOKENS  # in the index
     default_top_k: int = 10
-    default_read_passages: int = 5
+    # the served reader's fitted number of passages (core.reading.Reading.read_passages): what a read request that
+    # gives no read_passages reads; None without a reader (read is refused)
+    read_passages: int | None = None
     default_mode: str = "hybrid"  # the index's, for requests that name no mode
 
     def question(self, params: SearchParams) -> float:
-        """Question-equivalents of one question searched with ``params``."""
+        """Question-equivalents of one question searched with ``params``: its search and its reading."""
+        return self.search(params) + READ_PASSAGE_COST * self.passages_read(params)
+
+    def passages_read(self, params: SearchParams) -> int:
+        """Passages one question with ``params`` has read: ``read_passages``, else the reader's default (with
+        ``read_below``, at most that many: admission cannot know which questions will be read)."""
+        return (params.read_passages or self.read_passages or 0) if params.read else 0
+
+    def search(self, params: SearchParams) -> float:
+        """Question-equivalents of one question's search with ``params``, without its reading."""
         depth = params.depth
         if params.unit == "phrase":
             cost = max(1.0, PHRASE_DEPTH_COST * depth) * self.filtered_factor(params) * collapse_factor(params)
@@ -98,8 +115,6 @@ class CostModel:
             cost = max(1.0, UNIT_DEPTH_COST * depth) * factor * self.filtered_factor(params) * collapse_factor(params)
         if params.collapse_duplicates == "near":
             cost += self.near_cost(params)
-        if params.read:
-            cost += READ_PASSAGE_COST * (params.read_passages or self.default_read_passages)
         return cost
 
     @staticmethod
@@ -127,6 +142,35 @@ class CostModel:
         free)."""
         return max(1, questions) * self.question(params)
 
+    def most_passages_read(self, limits: RequestLimits) -> int:
+        """The most passages one request may have read: ``max_passages_read``, by default a request of the most
+        questions at the reader's default ``read_passages``."""
+        return limits.max_passages_read or limits.max_queries_per_request * (self.read_passages or 1)
+
+    def refusal(self, questions: int, params: SearchParams, limits: RequestLimits) -> str | None:
+        """Why a request of ``questions`` questions with ``params`` is more than this server ever admits, or None.
+
+        Its search is bounded by ``max_request_cost``, its reading apart by the passages it has read: a read
+        question costs about ten unread ones (``READ_PASSAGE_COST``), so one limit on both would refuse a read
+        request of a few questions that the same request unread passes. The whole must fit the queue.
+        """
+        n = max(1, questions)
+        search, read = n * self.search(params), n * self.passages_read(params)
+        most_read = self.most_passages_read(limits)
+        if search > limits.max_request_cost:
+            return (f"this request would cost {search:.0f} question-equivalents, over this server's limit of "
+                    f"{limits.max_request_cost:g} (max_request_cost) ({questions} questions, {self.explain(params)}); "
+                    "ask fewer questions or a shallower page (top_k + offset, rank_window)")
+        if read > most_read:
+            return (f"this request would have {read} passages read ({questions} questions x read_passages "
+                    f"{self.passages_read(params)}), over this server's limit of {most_read} (max_passages_read); "
+                    "ask fewer questions or fewer read_passages")
+        if (cost := self.request(questions, params)) > limits.max_queue:
+            return (f"this request would cost {cost:.0f} question-equivalents, more than this server's whole queue "
+                    f"holds ({limits.max_queue}, max_queue) ({questions} questions, {self.explain(params)}); ask "
+                    "fewer questions, a shallower page or fewer read_passages")
+        return None
+
     def explain(self, params: SearchParams) -> str:
         """Why a question with ``params`` costs what it does, for the 400 beyond ``max_request_cost``."""
         depth = params.depth
@@ -140,9 +184,21 @@ class CostModel:
         if params.collapse_duplicates == "near":
             what += (f", comparing the ranked texts for near copies ({self.near_cost(params):.1f} of it; "
                      '"collapse_duplicates": "exact" does not compare them)')
-        if params.read:
-            what += ", read"
-        return f"{what}: {self.question(params):.1f} question-equivalents a question"
+        if not params.read:
+            return f"{what}: {self.question(params):.1f} question-equivalents a question"
+        n = self.passages_read(params)
+        return (f"{what}, {n} passages read: {self.question(params):.1f} question-equivalents a question, "
+                f"{self.search(params):.1f} its search and {n * READ_PASSAGE_COST:.1f} its reading "
+                f"({READ_PASSAGE_COST:g} a passage)")
+
+
+class RequestLimits(Protocol):
+    """The settings that bound one request's work (service.settings.Settings)."""
+
+    max_request_cost: float
+    max_passages_read: int | None
+    max_queries_per_request: int
+    max_queue: int
 
 
 def collapse_factor(params: SearchParams) -> float:

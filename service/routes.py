@@ -369,7 +369,9 @@ async def info(request: Request) -> InfoResponse:
         "max_queries_per_request": s.max_queries_per_request, "max_query_chars": s.max_query_chars,
         "units": list(UNITS), **state.search_info,
         "max_queue_wait_ms": s.max_queue_wait_ms, "passage_context_chars": s.passage_context_chars,
-        "max_request_cost": s.max_request_cost, "fair_share_by": s.fair_share_by,
+        "max_request_cost": s.max_request_cost,
+        "max_passages_read": state.cost.most_passages_read(s),
+        "fair_share_by": s.fair_share_by,
         "max_response_bytes": s.max_response_bytes, "max_offset_top_k": s.max_offset_top_k,
         "confidence": sorted(state.searcher.calibrator.models) if state.searcher and state.searcher.calibrator else [],
         "pipeline": s.pipeline, "overlap": state.overlap, "reader": _reader_info(state.searcher),
@@ -415,14 +417,9 @@ def core_filter(request_filter: FilterIn) -> SearchFilter:
 
 def cost_refusal(cost_model: CostModel, settings: Settings, questions: int, params: SearchParams) -> str | None:
     """Why a request of ``questions`` questions with ``params`` costs more than this server ever admits
-    (``max_request_cost``, or the whole queue), or None: a 400, not a 429 for ever."""
-    cost = cost_model.request(questions, params)
-    limit, name = min((settings.max_request_cost, "max_request_cost"), (float(settings.max_queue), "max_queue"))
-    if cost <= limit:
-        return None
-    return (f"this request would cost {cost:.0f} question-equivalents, over this server's limit of {limit:g} ({name}) "
-            f"({questions} questions, {cost_model.explain(params)}); ask fewer questions or a shallower page "
-            "(top_k + offset, rank_window)")
+    (``CostModel.refusal``: ``max_request_cost``, ``max_passages_read``, the whole queue), or None: a 400, not a
+    429 for ever."""
+    return cost_model.refusal(questions, params, settings)
 
 
 def server_reading(fields: dict[str, Any], given: set[str], settings: Settings, searcher: Searcher,

@@ -80,7 +80,7 @@ class Settings(BaseSettings):
     # at the reader's cost (about 10x a plain search; read_below reads only the questions the search is unsure of).
     default_read: bool = Field(False, description="requests that do not give read are read (needs reader); not "
                                "those that reading would refuse: that collapse duplicates, which reading does not "
-                               "do, or whose cost read is over max_request_cost (answered unread, with a warning)")
+                               "do, or that would read more than max_passages_read (answered unread, with a warning)")
     default_read_below: float | None = Field(
         None, ge=0, le=1, description="read_below of requests with read (asked or by default_read) that give none: "
         "only questions whose best hit without read is less confident than this are read (needs reader; where the "
@@ -175,7 +175,8 @@ class Settings(BaseSettings):
     )
     # Hard queue bound (in questions), whatever the measured rate says: a small bound caps memory and latency
     # even before a rate is measured; a large one absorbs bursts but lets queueing delay grow to max_queue/throughput.
-    max_queue: int = Field(256, ge=1, description="most question-equivalents waiting to be batched before 429")
+    # The default holds a request of the most queries read at the bundled reader's default (about 300: service.cost).
+    max_queue: int = Field(512, ge=1, description="most question-equivalents waiting to be batched before 429")
     # Fair shares: batches take waiting requests in fair-queueing order by cost, so a client queueing much work (or
     # expensive work) is overtaken by the others and refused first, and no client may hold more than an equal share
     # of max_queue among those waiting. connection = each TCP connection is a client (clients on one host or behind
@@ -193,8 +194,15 @@ class Settings(BaseSettings):
     # top_k is 1; a document search whose offset + top_k reaches every document of the index 70): 400 above. Higher
     # lets one request hold the batcher longer, delaying everyone's answers; the default admits two requests of the
     # most queries (max_queries_per_request) at the default depth.
-    max_request_cost: float = Field(64.0, ge=1, description="most question-equivalents one request may cost "
-                                                            "(400 above)")
+    max_request_cost: float = Field(64.0, ge=1, description="most question-equivalents one request's search may "
+                                                            "cost, its reading apart (400 above)")
+    # Reading is bounded apart, in passages read (a request's questions x read_passages): a read passage costs about
+    # three unread questions (service.cost), so the search's limit would refuse read requests of a few questions.
+    # Higher lets one request queue more reading (served in parts between other clients' work); None = a request
+    # of the most queries (max_queries_per_request) at the reader's default read_passages.
+    max_passages_read: int | None = Field(None, ge=1, description="most passages one request may have read "
+                                          "(questions x read_passages; 400 above); default: max_queries_per_request "
+                                          "x the reader's default read_passages")
 
     # Request limits. Larger limits let one client take a bigger share of the batcher and of the response size.
     default_top_k: int = Field(10, ge=1, description="hits per query when the request gives no top_k")

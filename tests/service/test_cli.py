@@ -59,7 +59,7 @@ def test_flags_override_environment_which_overrides_defaults(monkeypatch, tmp_pa
     assert s.index == tmp_path / "from-env" and s.max_wait_ms == 7.5  # environment
     assert s.max_batch_size == 48 and s.port == 9001 and not s.warmup and s.pipeline == "off"  # flags
     assert s.cors_origins == ["https://a", "https://b"] and s.api_key.get_secret_value() == "k"
-    assert s.model == "default" and s.host == "127.0.0.1" and s.max_queue == 256  # defaults
+    assert s.model == "default" and s.host == "127.0.0.1" and s.max_queue == 512  # defaults
 
 
 def test_invalid_settings_are_refused(tmp_path):

@@ -27,7 +27,7 @@ PHRASE = SearchParams("phrase", 10)
 
 
 def test_deep_unit_searches_cost_more_the_nearer_their_depth_comes_to_the_unit_count():
-    cost = CostModel({"passage": 1000, "doc": 20}, FULL_DEPTH_TOKENS, default_top_k=10, default_read_passages=5)
+    cost = CostModel({"passage": 1000, "doc": 20}, FULL_DEPTH_TOKENS, default_top_k=10, read_passages=5)
     assert cost.question(PHRASE) == 1.0
     shallow, half, most, whole = (cost.question(SearchParams("doc", k)) for k in (2, 10, 18, 20))
     assert 1.0 <= shallow <= half < most < whole == SHARE_FACTOR["doc"][-1][1] and whole > 6 * most

@@ -68,6 +68,22 @@ def test_read_is_refused_without_a_reader_and_beyond_the_limit(serve, settings_f
         assert r.status_code == 400 and "read_below needs a calibrated model" in r.json()["message"], r.json()
 
 
+def test_a_read_request_of_the_most_questions_is_served_and_its_reading_bounded_apart(serve, settings_for,
+                                                                                       tiny_reader, reading_searcher):
+    """At the defaults, a read request of the most questions (32) at the reader's depth is served, as unread;
+    more passages read than max_passages_read (32 x 3) is a 400 that names that limit."""
+    queries = [f"Who built the castle in {1500 + i}?" for i in range(32)]
+    with serve(create_app(settings_for(reader=str(tiny_reader)), lambda s: reading_searcher)) as client:
+        read = client.post("/search", json={"queries": queries, "top_k": 1, "read": True})
+        deeper = client.post("/search", json={"queries": queries, "top_k": 1, "read": True, "read_passages": 4})
+        service = client.get("/info").json()["service"]
+    assert read.status_code == 200, read.text
+    assert all(q["hits"][0]["read"] is not None for q in read.json()["results"])
+    assert deeper.status_code == 400 and "128 passages read" in deeper.json()["message"]
+    assert "limit of 96 (max_passages_read)" in deeper.json()["message"]
+    assert service["max_passages_read"] == 96 and service["max_queue"] == 512
+
+
 def test_a_batch_mixing_read_and_unread_requests_answers_each_as_if_alone(reading_searcher):
     questions = [QUESTION, "When did Alba build the bridge?"]
     requests = [(questions, SearchParams(top_k=3, read=True)), (questions[::-1], SearchParams(top_k=3)),

@@ -68,7 +68,7 @@ def test_a_request_that_does_not_say_is_read_and_one_that_says_keeps_its_choice(
 def test_default_read_answers_unread_what_reading_would_refuse(serve, settings_for, tiny_reader, reading_searcher):
     """The server's default never turns an answer into a 400: a request that reading would refuse is answered as if
     the server did not read, with a warning that says why. Here, the most questions a request may ask (32), whose
-    cost read (2.5 a question) is over max_request_cost (64), and a lexical_weight that the index's default fusion,
+    passages read (3 each) are over a max_passages_read of 64, and a lexical_weight that the index's default fusion,
     rrf, would ignore once read. Asked for, reading is refused as before."""
     rrf = copy.copy(reading_searcher)
     rrf.default_fusion = "rrf"
@@ -76,7 +76,8 @@ def test_default_read_answers_unread_what_reading_would_refuse(serve, settings_f
     weighted = {"query": QUESTIONS[0], "mode": "hybrid", "lexical_weight": 0.5}
     with serve(create_app(settings_for(reader=str(tiny_reader)), lambda s: rrf)) as client:
         unread = [client.post("/search", json=body).json() for body in (many, weighted)]
-    with serve(create_app(settings_for(reader=str(tiny_reader), default_read=True), lambda s: rrf)) as client:
+    settings = settings_for(reader=str(tiny_reader), default_read=True, max_passages_read=64)
+    with serve(create_app(settings, lambda s: rrf)) as client:
         by_default = [client.post("/search", json=body) for body in (many, weighted)]
         asked = [client.post("/search", json={**body, "read": True}) for body in (many, weighted)]
         assert answers(client, {}) != answers(client, {"read": False})  # the server does read by default
@@ -86,7 +87,7 @@ def test_default_read_answers_unread_what_reading_would_refuse(serve, settings_f
     assert [r.json()["warnings"] for r in by_default] == [
         [f"not read, though this server reads requests that do not give read (default_read): {r.json()['message']}"]
         for r in asked]
-    assert "max_request_cost" in asked[0].json()["message"] and "fusion=rrf" in asked[1].json()["message"]
+    assert "max_passages_read" in asked[0].json()["message"] and "fusion=rrf" in asked[1].json()["message"]
     assert [r.status_code for r in asked] == [400, 400]
 
 

@@ -49,8 +49,8 @@ def serve_error(argv: list[str], capsys) -> str:
      "--cors-origins / SPANSEEK_CORS_ORIGINS: not a JSON list of origins"),  # was "Value error, Expecting value"
     ({"SPANSEEK_WARMUP": "nope"}, [], "--no-warmup / SPANSEEK_WARMUP: Input should be a valid boolean"),  # no --warmup
     # contradictions, each followed by the flags and variables of the settings it names
-    ({"SPANSEEK_MAX_BATCH_SIZE": "512"}, [],
-     "max_batch_size (512) exceeds max_queue (256): batches are cut from the queue, so none could be that large "
+    ({"SPANSEEK_MAX_BATCH_SIZE": "1024"}, [],
+     "max_batch_size (1024) exceeds max_queue (512): batches are cut from the queue, so none could be that large "
      "(--max-batch-size / SPANSEEK_MAX_BATCH_SIZE, --max-queue / SPANSEEK_MAX_QUEUE)"),
     ({}, ["--max-top-k", "500"],
      "max_top_k (500) exceeds max_offset_top_k (200): a top_k above max_offset_top_k is refused even at offset 0 "

@@ -1,0 +1,59 @@
+"""What a request costs and when it is more than the server ever admits (service.cost), reading above all: counted at
+its measured cost and at the reader's own default depth, and bounded apart from the search."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from spanseek.core.params import SearchParams
+from spanseek.service.cost import READ_PASSAGE_COST, CostModel
+
+
+def limits(**overrides) -> SimpleNamespace:
+    """The request limits at the service's defaults (service.settings.Settings)."""
+    return SimpleNamespace(**{"max_request_cost": 64.0, "max_passages_read": None, "max_queries_per_request": 32,
+                              "max_queue": 512, **overrides})
+
+
+@pytest.fixture
+def model() -> CostModel:
+    return CostModel({"passage": 1000, "doc": 20}, read_passages=3)
+
+
+def test_a_read_question_costs_its_passages_at_the_readers_default_depth(model):
+    unread, read = SearchParams(), SearchParams(read=True)
+    # measured (bench/reading.py --parts cost): 8.0-9.4 question-equivalents for a question read at 3 passages
+    assert 8.0 <= model.question(read) == model.question(unread) + 3 * READ_PASSAGE_COST
+    assert model.question(SearchParams(read=True, read_passages=5)) == model.question(unread) + 5 * READ_PASSAGE_COST
+    # another reader's fitted default is what its requests read, and cost
+    assert CostModel({"passage": 1000, "doc": 20}, read_passages=1).passages_read(read) == 1
+    assert model.passages_read(unread) == 0
+    assert "3 passages read" in model.explain(read)
+
+
+def test_a_large_read_request_is_served_and_its_reading_bounded_apart(model):
+    at_default = SearchParams(read=True)
+    # the most questions at the reader's default: served, as the same request unread is
+    assert model.refusal(32, at_default, limits()) is None
+    assert model.refusal(32, SearchParams(), limits()) is None
+    assert model.most_passages_read(limits()) == 96
+    deeper = model.refusal(32, SearchParams(read=True, read_passages=4), limits())
+    assert deeper is not None and "128 passages read" in deeper and "limit of 96 (max_passages_read)" in deeper
+    assert model.refusal(32, SearchParams(read=True, read_passages=4), limits(max_passages_read=128)) is None
+    # the search is bounded as without reading
+    deep_read = SearchParams(read=True, top_k=100, offset=100)
+    deep = model.refusal(32, deep_read, limits())
+    search = model.search(deep_read)
+    assert deep is not None and f"would cost {32 * search:.0f} question-equivalents" in deep
+    assert "(max_request_cost)" in deep and f"{search:.1f} its search and 8.4 its reading" in deep
+    # and the whole request must fit the queue
+    full = model.refusal(32, at_default, limits(max_queue=256))
+    assert full is not None and "(256, max_queue)" in full
+
+
+def test_a_server_without_a_reader_counts_no_reading():
+    model = CostModel({"passage": 1000, "doc": 20})
+    assert model.question(SearchParams(read=True)) == model.question(SearchParams())
+    assert model.most_passages_read(limits()) == 32
