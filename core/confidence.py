@@ -212,6 +212,23 @@ class Calibrator(FittedFile):
         present = self.present.get(key)
         return p if present is None else p * prior_shift(present.logit(x), unanswerable_prior)
 
+    def presence(self, unit: str, mode: str,
+                 questions: Sequence[tuple[Sequence[float], Sequence[float | None], Sequence[float | None],
+                                           Sequence[str]]],
+                 unanswerable_prior: float, keywords: Sequence[bool] | None = None) -> list[float]:
+        """Per question, P(its answer is in the index) at the prior: the factor of ``predict`` that the prior moves,
+        read at the first hit of its ranked list of ``unit`` ((scores, dense, lexical, texts), best first, at least
+        ``FEATURE_DEPTH`` deep). It carries the prior to confidences that another model gives for answers in the
+        index (read hits, ``core.reading``). 1 for a question without hits, and where no presence model was fitted
+        (a version-1 file: its one model holds the share of unanswerable lists it was fitted on)."""
+        keys = [self.key(unit, mode, bool(k)) for k in (keywords or [False] * len(questions))]
+        out = []
+        for key, q in zip(keys, questions, strict=True):
+            present = self.present.get(key)
+            x = hit_features(unit, *q)[:1] if present is not None else np.zeros((0, len(FEATURES)))
+            out.append(float(prior_shift(present.logit(x), unanswerable_prior)[0]) if present and len(x) else 1.0)
+        return out
+
     def key(self, unit: str, mode: str, keywords: bool = False) -> str:
         """The key whose models judge a query's hits: the keyword models for a keyword query where they were fitted,
         else the question models."""

@@ -57,6 +57,11 @@ def with_listed(hits: list[Hit], listed: list[Hit], unit: str) -> tuple[list[Hit
     return whole, [at[unit_key(h, unit)] for h in hits]
 
 
+def scored(hits: Sequence[Hit]) -> tuple[list[float], list[float | None], list[float | None], list[str]]:
+    """A ranked list as the calibrator reads it: its hits' scores, dense and lexical scores, and texts."""
+    return [h.score for h in hits], [h.dense for h in hits], [h.lexical for h in hits], [h.text for h in hits]
+
+
 class Pager:
     """Confidences from the model's calibrator (``core.confidence``) where it applies to the plan, then
     ``min_confidence`` and the page ``[offset, offset + top_k)``. Read hits (``core.reading``) bring their own
@@ -84,6 +89,22 @@ class Pager:
                 raise SearchParamsError(f"{name} needs a calibrated model (unit={params.unit}, mode={plan.mode}); this "
                                         "model has no calibration for it (or for this fusion and lexical weight): fit "
                                         "one with `spanseek train calibrate`")
+
+    def presence(self, plan: Plan, lists: Sequence[Sequence[Hit]], questions: Sequence[str] | None
+                 ) -> list[float] | None:
+        """Per question, P(its answer is in the index) at the plan's prior (``Calibrator.presence``), read in its
+        ranked ``lists`` of the plan's unit: the factor that carries the prior to read hits, whose confidence assumes
+        the answer is there. None where nothing moves: at prior 0, or where the calibrator does not apply to the
+        plan (``shifts``)."""
+        if not self.shifts(plan):
+            return None
+        assert self.calibrator is not None
+        return self.calibrator.presence(plan.unit, plan.mode, [scored(hits) for hits in lists], self.prior(plan.params),
+                                        None if questions is None else [is_keyword_query(q) for q in questions])
+
+    def shifts(self, plan: Plan) -> bool:
+        """Whether the plan's prior moves confidences read in its ranking: above 0, with a calibrator for it."""
+        return self.prior(plan.params) > 0.0 and self.calibrated(plan)
 
     def prior(self, params: SearchParams) -> float:
         """The share of unanswerable questions the confidences assume: the request's, else the searcher's."""
@@ -115,8 +136,7 @@ class Pager:
             keywords = None if questions is None else [is_keyword_query(q) for q in questions]
             lists = [(b, hits) for b, (many, _) in enumerate(read) for hits in many]
             conf = self.calibrator.confidences_of_hits(
-                plan.unit, plan.mode, [([h.score for h in hits], [h.dense for h in hits], [h.lexical for h in hits],
-                                        [h.text for h in hits]) for _, hits in lists], self.prior(params),
+                plan.unit, plan.mode, [scored(hits) for _, hits in lists], self.prior(params),
                 None if keywords is None else [keywords[b] for b, _ in lists])
             if conf is not None:
                 first = np.cumsum([0] + [len(many) for many, _ in read]).tolist()

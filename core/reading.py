@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from spanseek.core.confidence import FittedFile, LogisticModel, check_header
+from spanseek.core.confidence import FEATURE_DEPTH, FittedFile, LogisticModel, check_header
 from spanseek.core.hits import Hit, HitBuilder, Hits, non_overlapping
 from spanseek.core.metrics import normalize_answer
 from spanseek.core.page import Pager
@@ -264,6 +264,36 @@ class ReadingStage:
         hits = [self._hit(cands[i], float(logit[i]), plan.unit, reading) for i in read]
         unread = [h for r, h in enumerate(sources) if r not in best]  # below the read depth, or nothing to read
         return (hits + unread)[: plan.top_k]
+
+
+def presence(searcher: Any, retrieve: Plan, retrieved: list[list[Hit]], q_start: np.ndarray, q_end: np.ndarray,
+             texts: list[str], timings: StageTimes) -> list[float] | None:
+    """Per question, P(its answer is in the index) at the request's ``unanswerable_prior``, for its read hits: the
+    reading models are fitted on questions whose answer is in the index, so their confidence assumes it is there, and
+    the calibrator's presence model, fitted on searches with and without the answer, gives the share the prior
+    leaves (``Pager.presence``), read as a search of the units read without read reads it: at least
+    ``FEATURE_DEPTH`` deep, filtered or not. ``retrieve``: the plan that ranked ``retrieved``, the units read
+    (``searcher``: the ``core.search.Searcher``). None at prior 0 or where the calibrator does not apply."""
+    pager: Pager = searcher.pager
+    if not pager.shifts(retrieve):
+        return None
+    deep = replace(retrieve.but(top_k=max(retrieve.top_k, FEATURE_DEPTH[retrieve.unit])), unfiltered=None)
+    whole = searcher._unfiltered(deep, q_start, q_end, texts, timings)
+    if whole.unfiltered is not None:  # a filtered search's hits are judged in its search without the filter
+        lists = whole.unfiltered.hits
+    elif deep.top_k == retrieve.top_k and retrieve.unfiltered is None:
+        lists = retrieved
+    else:
+        lists = searcher.ranking.ranked(deep, q_start, q_end, texts, timings)[0]
+    return pager.presence(deep, lists, texts)
+
+
+def shifted(ranked: list[list[Hit]], present: list[float] | None) -> list[list[Hit]]:
+    """Each question's read hits with their confidence times its ``presence`` (unread hits as they are)."""
+    if present is None:
+        return ranked
+    return [[h.but(confidence=round(h.confidence * p, 4)) if h.read is not None and h.confidence is not None else h
+             for h in hits] for hits, p in zip(ranked, present, strict=True)]
 
 
 def read_unsure(search: Callable[..., list[Hits]], q_start: np.ndarray, q_end: np.ndarray, params: SearchParams,

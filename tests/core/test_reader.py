@@ -385,6 +385,43 @@ def test_read_below_reads_exactly_the_questions_whose_search_is_unsure(reading_s
         assert not hits.no_answer if conf >= cut else hits.no_answer == (not hits or hits[0].confidence < cut)
 
 
+@pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
+def test_read_hits_honour_the_unanswerable_prior_by_the_calibrators_presence_model(reading_searcher, unit):
+    """A read hit's confidence assumes the answer is in the index (the reading models are fitted on such questions);
+    at a prior it is times P(answer in the index) at that prior: the calibrator's presence model read at the first
+    hit of the search of the units read without read (phrases: passages), as deep as the calibrator reads it.
+    Nothing moves at prior 0, nor without a presence model; a prior of 1 leaves no confidence."""
+    from spanseek.core.confidence import FEATURE_DEPTH, hit_features, prior_shift
+    from spanseek.core.search import Searcher
+    from tests.core.test_answers import calibrator
+
+    read_unit = "passage" if unit == "phrase" else unit
+    unread = reading_searcher.search(QUESTIONS, SearchParams(unit=read_unit, top_k=FEATURE_DEPTH[read_unit],
+                                                             mode="dense"))
+    features = [hit_features(read_unit, [h.score for h in plain], [h.dense for h in plain], [None] * len(plain),
+                             [h.text for h in plain]) for plain in unread]
+    f = np.concatenate(features)
+    fitted = calibrator()
+    present = LogisticModel(tuple(f.mean(axis=0)), tuple(np.maximum(f.std(axis=0), 1e-3)),
+                            (0.5, 1.0, 0.3, -0.8, 1.5, 0.0, 0.4), 0.3)
+    searcher = Searcher(reading_searcher.index, reading_searcher.encoder, reading=reading_searcher.reading,
+                        calibrator=replace(fitted, present={k: present for k in fitted.models}))
+    params = SearchParams(unit=unit, top_k=3, mode="dense", read=True)
+    at_zero = searcher.search(QUESTIONS, params)
+    for prior in (0.3, 0.9):
+        shifted = searcher.search(QUESTIONS, replace(params, unanswerable_prior=prior))
+        for hits, base, x in zip(shifted, at_zero, features, strict=True):
+            share = float(prior_shift(present.logit(x[:1]), prior)[0])
+            assert 0 < share < 1 and [h.text for h in hits] == [h.text for h in base]  # the same hits, ranked alike
+            assert [h.confidence for h in hits] == pytest.approx([h.confidence * share for h in base], abs=1e-4)
+    assert all(h.confidence == 0 for hits in searcher.search(QUESTIONS, replace(params, unanswerable_prior=1.0))
+               for h in hits)
+    no_presence = Searcher(reading_searcher.index, reading_searcher.encoder, reading=reading_searcher.reading,
+                           calibrator=fitted)
+    assert [[h.confidence for h in hits] for hits in no_presence.search(QUESTIONS, replace(
+        params, unanswerable_prior=0.5))] == [[h.confidence for h in hits] for hits in at_zero]
+
+
 def test_read_below_is_refused_without_read_or_without_a_calibrated_model(reading_searcher):
     with pytest.raises(SearchParamsError, match="read_below applies with read=true"):
         SearchParams(read_below=0.5)
