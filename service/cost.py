@@ -91,10 +91,20 @@ class CostModel:
     # gives no read_passages reads; None without a reader (read is refused)
     read_passages: int | None = None
     default_mode: str = "hybrid"  # the index's, for requests that name no mode
+    unanswerable_prior: float = 0.0  # the server's, for requests that give none
 
     def question(self, params: SearchParams) -> float:
-        """Question-equivalents of one question searched with ``params``: its search and its reading."""
-        return self.search(params) + READ_PASSAGE_COST * self.passages_read(params)
+        """Question-equivalents of one question searched with ``params``: its searches and its reading."""
+        return self.searches(params) + READ_PASSAGE_COST * self.passages_read(params)
+
+    def searches(self, params: SearchParams) -> float:
+        """Question-equivalents of one question's searches with ``params``: its search, and with read the searches
+        without reading beside it: ``read_below``'s first one, and at a prior above 0 the one its answer's presence
+        is read in (core.reading.presence; counted as if the model were calibrated, as the bundled ones are). Each
+        is counted as the question's own search."""
+        prior = self.unanswerable_prior if params.unanswerable_prior is None else params.unanswerable_prior
+        unread = (params.read_below is not None) + (prior > 0) if params.read else 0
+        return self.search(params) * (1 + unread)
 
     def passages_read(self, params: SearchParams) -> int:
         """Passages one question with ``params`` has read: ``read_passages``, else the reader's default (with
@@ -155,7 +165,7 @@ class CostModel:
         request of a few questions that the same request unread passes. The whole must fit the queue.
         """
         n = max(1, questions)
-        search, read = n * self.search(params), n * self.passages_read(params)
+        search, read = n * self.searches(params), n * self.passages_read(params)
         most_read = self.most_passages_read(limits)
         if search > limits.max_request_cost:
             return (f"this request would cost {search:.0f} question-equivalents, over this server's limit of "
@@ -188,7 +198,7 @@ class CostModel:
             return f"{what}: {self.question(params):.1f} question-equivalents a question"
         n = self.passages_read(params)
         return (f"{what}, {n} passages read: {self.question(params):.1f} question-equivalents a question, "
-                f"{self.search(params):.1f} its search and {n * READ_PASSAGE_COST:.1f} its reading "
+                f"{self.searches(params):.1f} its search and {n * READ_PASSAGE_COST:.1f} its reading "
                 f"({READ_PASSAGE_COST:g} a passage)")
 
 

@@ -3,6 +3,7 @@ its measured cost and at the reader's own default depth, and bounded apart from 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -31,6 +32,20 @@ def test_a_read_question_costs_its_passages_at_the_readers_default_depth(model):
     assert CostModel({"passage": 1000, "doc": 20}, read_passages=1).passages_read(read) == 1
     assert model.passages_read(unread) == 0
     assert "3 passages read" in model.explain(read)
+
+
+def test_a_read_question_counts_the_searches_it_runs_without_reading(model):
+    """read_below searches every question without reading first; at a prior above 0 (the request's, else the
+    server's) the presence of its answer is read in a search without reading too (core.reading.presence)."""
+    read, search = SearchParams(read=True), model.search(SearchParams(read=True))
+    assert model.searches(read) == search
+    assert model.searches(replace(read, read_below=0.5)) == model.searches(replace(read, unanswerable_prior=0.2)) \
+        == 2 * search
+    assert model.searches(replace(read, read_below=0.5, unanswerable_prior=0.2)) == 3 * search
+    prior = replace(model, unanswerable_prior=0.5)
+    assert prior.searches(read) == 2 * search and prior.searches(replace(read, unanswerable_prior=0.0)) == search
+    assert prior.searches(SearchParams()) == model.searches(SearchParams()) == 1.0  # unread: the calibrator's
+    assert prior.question(read) == 2 * search + 3 * READ_PASSAGE_COST
 
 
 def test_a_large_read_request_is_served_and_its_reading_bounded_apart(model):
