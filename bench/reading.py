@@ -12,7 +12,10 @@ On every question of the file (or a fixed sample of --limit), searched over --in
   encoding included, after a warm-up batch), and their ratio;
 - cost, what admission counts a read question for (service/cost.py): CPU seconds (this process, all its threads) of
   a batch of phrase questions read at 1, 3 and 5 passages (--cost-depths) against the same batch unread, each
-  passage's share fitted as a line through them: question-equivalents a passage read.
+  passage's share fitted as a line through them: question-equivalents a passage read;
+- prior (with --absent-questions, a SQuAD file whose questions' articles the index does not hold, as many sampled
+  as there are questions): read hits' first-hit ECE over both sets together (half unanswerable) at each --priors
+  value, and their mean confidence on either set (the passage unit at top_k 1 here).
 
 ``--parts`` measures a subset (``--parts with_read`` compares two fits of reading for one reader). ``--read-below T
 ...`` adds, for each T, the same quality, the share of questions read and (with the speed part) the q/s with
@@ -42,7 +45,7 @@ from spanseek.core.params import SearchParams  # noqa: E402
 from spanseek.core.reader import reading_comprehension  # noqa: E402
 
 RUNS = {"phrase": ("phrase", 1), "passage": ("passage", 5), "doc": ("doc", 1)}
-PARTS = ("speed", "cost", "without_read", "with_read", "reader_rc")
+PARTS = ("speed", "cost", "prior", "without_read", "with_read", "reader_rc")
 
 
 def quality(searcher, questions, read: bool, read_passages: int | None, batch: int,
@@ -138,6 +141,35 @@ def read_cost(searcher, questions, depths: list[int], batches: int, batch: int) 
             "per_passage": round(float(per_passage), 2), "base": round(float(base), 2)}
 
 
+def read_prior(searcher, present, absent, priors: list[float], batch: int) -> dict:
+    """Read hits' first-hit calibration over answerable (``present``) and unanswerable (``absent``) questions, one
+    report per unit and prior; an absent question's hits are all wrong."""
+    questions, out = present + absent, {}
+    texts = [q.question for q in questions]
+    for prior in priors:
+        for unit in RUNS:
+            conf, right = [], []
+            for b in range(0, len(texts), batch):
+                found = searcher.search(texts[b:b + batch], SearchParams(unit=unit, top_k=1, read=True,
+                                                                         unanswerable_prior=prior))
+                for i, hits in enumerate(found, b):
+                    h, q = (hits[0] if hits else None), questions[i]
+                    conf.append(h.confidence or 0.0 if h is not None else 0.0)
+                    right.append(float(i < len(present) and h is not None and right_hit(unit, h, q)))
+            c, r = np.array(conf), np.array(right)
+            out[f"{unit}@{prior:g}"] = {"ece_half_unanswerable": round(ece(c, r), 4),
+                                        "mean_confidence_present": round(float(c[:len(present)].mean()), 4),
+                                        "mean_confidence_absent": round(float(c[len(present):].mean()), 4)}
+    return out
+
+
+def right_hit(unit: str, hit, q) -> bool:
+    """Whether a first hit is right: the phrase an exact answer, the passage holds one, the question's document."""
+    if unit == "phrase":
+        return bool(exact_match(hit.text, q.answers))
+    return passage_has_answer(hit.passage, q.answers) if unit == "passage" else hit.title == q.title
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--index", required=True)
@@ -147,6 +179,9 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=None, help="a fixed random sample of N questions")
     ap.add_argument("--read-passages", type=int, default=None, help="default: the reader's fitted one")
     ap.add_argument("--speed-batches", type=int, default=8, help="timed batches for the q/s")
+    ap.add_argument("--absent-questions", default=None,
+                    help="prior part: SQuAD file of questions whose articles the index does not hold")
+    ap.add_argument("--priors", type=float, nargs="+", default=[0.0, 0.5], help="prior part: unanswerable_prior")
     ap.add_argument("--cost-depths", type=int, nargs="+", default=[1, 3, 5], metavar="N",
                     help="read_passages the cost part reads at")
     ap.add_argument("--batch-size", type=int, default=64, help="questions per search batch")
@@ -178,6 +213,14 @@ def main() -> int:
         result["speed"]["ratio"] = round(result["speed"]["with_read_qps"] / result["speed"]["without_read_qps"], 3)
     if "cost" in parts:
         result["cost"] = read_cost(searcher, questions, args.cost_depths, args.speed_batches, args.batch_size)
+    if "prior" in parts and args.absent_questions:
+        held = {q.title for q in squad_questions(load_squad(args.questions))}
+        absent = [q for q in squad_questions(load_squad(args.absent_questions)) if q.title not in held]
+        if not absent:
+            raise SystemExit(f"every question of {args.absent_questions} is of an article of {args.questions}: "
+                             "the prior part needs questions whose articles the index does not hold")
+        result["prior"] = read_prior(searcher, questions, sample_questions(absent, len(questions)), args.priors,
+                                     args.batch_size)
     if "without_read" in parts:
         result["without_read"] = quality(searcher, questions, False, None, args.batch_size)
     if "with_read" in parts:

@@ -224,16 +224,22 @@ def test_queue_model(tmp_path):
 def test_reading(tmp_path, squad_index, tiny_model_dir, tiny_reader, tiny_squad):
     # read_below needs confidences: a copy of the model with a calibrator of the index's hybrid searches
     import shutil
+    from dataclasses import replace
 
     from spanseek.core.confidence import CALIBRATION_NAME
+    from spanseek.core.io import load_squad
     from spanseek.core.model import model_fingerprint
     from tests.core.test_answers import calibrator
 
     model = tmp_path / "calibrated"
     shutil.copytree(tiny_model_dir, model)
-    calibrator(fingerprint=model_fingerprint(model)).save(model / CALIBRATION_NAME)
+    fitted = calibrator(fingerprint=model_fingerprint(model))
+    replace(fitted, present=dict(fitted.models)).save(model / CALIBRATION_NAME)  # a presence model: priors apply
     common = ("--index", squad_index, "--reader", tiny_reader, "--questions", tiny_squad, "--batch-size", 8,
               "--precision", "fp32", "--reader-precision", "fp32")
+    elsewhere = tmp_path / "elsewhere.json"  # the same questions, of articles the index does not hold
+    elsewhere.write_text(json.dumps({"version": "1.1", "data": [{**a, "title": f"Elsewhere {a['title']}"}
+                                                                for a in load_squad(tiny_squad)]}))
     run_benches(
         ("bench/reading.py", *common, "--model", tiny_model_dir, "--limit", 24, "--speed-batches", 1,
          "--out", tmp_path / "reading.json"),
@@ -241,10 +247,16 @@ def test_reading(tmp_path, squad_index, tiny_model_dir, tiny_reader, tiny_squad)
          "--out", tmp_path / "read-only.json"),
         ("bench/reading.py", *common, "--model", model, "--limit", 16, "--speed-batches", 1, "--parts", "speed",
          "--read-below", 0, 1, "--out", tmp_path / "below.json"),
+        ("bench/reading.py", *common, "--model", model, "--limit", 8, "--parts", "prior", "--absent-questions",
+         elsewhere, "--priors", 0, 0.5, "--out", tmp_path / "prior.json"),
     )
     r = results(tmp_path / "reading.json", "cpu", "speed.with_read_qps", "speed.without_read_qps", "speed.ratio",
                 "without_read.phrase_em@1", "with_read.passage_acc@5", "with_read.first_hit_ece", "reader_rc")
     assert r["questions"] == 24 and positive(r["speed"]["ratio"])
+    assert r["cost"]["read_cost"]["5"] > r["cost"]["read_cost"]["1"] > 1 and positive(r["cost"]["per_passage"])
+    prior = results(tmp_path / "prior.json", "prior")["prior"]
+    for unit in ("phrase", "passage", "doc"):  # the prior moves read hits' confidence on the unanswerable ones
+        assert prior[f"{unit}@0.5"]["mean_confidence_absent"] < prior[f"{unit}@0"]["mean_confidence_absent"]
     part = results(tmp_path / "read-only.json", "with_read.phrase_em@1")
     assert not {"speed", "without_read", "reader_rc"} & set(part)  # only the part asked for
     below = results(tmp_path / "below.json", "read_below")["read_below"]
