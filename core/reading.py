@@ -30,7 +30,7 @@ from spanseek.core.confidence import FEATURE_DEPTH, FittedFile, LogisticModel, c
 from spanseek.core.hits import Hit, HitBuilder, Hits, non_overlapping
 from spanseek.core.metrics import normalize_answer
 from spanseek.core.page import Pager
-from spanseek.core.params import SearchParams
+from spanseek.core.params import UNITS, SearchParams
 from spanseek.core.plan import Plan, StageTimes
 from spanseek.core.reader import PassageReader, ReadSpan
 
@@ -105,6 +105,9 @@ class Reading(FittedFile):
         if min([reading.read_passages, *depths]) < 1 or reading.spans_per_passage < 1 or reading.window_chars < 0:
             raise ValueError("read_passages (and every fitted depth) and spans_per_passage must be >= 1, "
                              "window_chars >= 0")
+        for depth, fitted in {reading.read_passages: reading, **depths}.items():  # every unit is read by each
+            if missing := [u for u in UNITS if u not in fitted.models]:
+                raise ValueError(f"no model for unit={', '.join(missing)} at {depth} passages read")
         return reading
 
 
@@ -223,9 +226,7 @@ class ReadingStage:
         """Per question, the plan's ``top_k`` read hits, best first, each with its confidence."""
         depth = self.read_depth(plan)
         reading = self.reading.at(depth)
-        model = reading.models.get(plan.unit)
-        if model is None:
-            raise ReadingError(f"the reader's reading file has no model for unit={plan.unit}")
+        model = reading.models[plan.unit]  # every unit's (Reading.from_dict)
         out = []
         asked = plan.params.max_answer_tokens  # a request's own limit (the reader's is its default)
         for cands, sources in zip(self.candidates(questions, retrieved, depth, asked), retrieved, strict=True):

@@ -486,6 +486,26 @@ def test_a_reading_file_of_another_shape_is_refused(tmp_path):
         Reading.load(tmp_path / READING_NAME)
 
 
+def test_a_reading_file_without_a_units_model_is_refused_at_load_naming_it(tiny_reader, tmp_path):
+    """Every unit is read with its own model, at every depth the file holds: a file without one was loaded and
+    then failed every read request of that unit."""
+    from spanseek.core.reading import ReadingError
+
+    fitted = json.loads((tiny_reader / READING_NAME).read_text())
+    other = {"5": {"models": dict(fitted["models"]), "calibration": fitted.get("calibration", {})}}
+    for name, d in (("default", {**fitted, "models": {u: m for u, m in fitted["models"].items() if u != "doc"}}),
+                    ("depth", {**fitted, "depths": {"5": {**other["5"], "models": {
+                        u: m for u, m in fitted["models"].items() if u != "passage"}}}})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / READING_NAME).write_text(json.dumps(d))
+        missing = "doc at 3" if name == "default" else "passage at 5"
+        with pytest.raises(ReadingError, match=f"not a usable reading file \\(no model for unit={missing} passages"):
+            Reading.load(tmp_path / name / READING_NAME)
+    (tmp_path / "whole" / READING_NAME).parent.mkdir()
+    (tmp_path / "whole" / READING_NAME).write_text(json.dumps({**fitted, "depths": other}))
+    assert set(Reading.load(tmp_path / "whole" / READING_NAME).at(5).models) == {"phrase", "passage", "doc"}
+
+
 def test_read_features_by_hand():
     """Each candidate's features against a hand computation: the reader's score and margin, the share of the
     reader's mass and the number of passages on the same answer, the passage's retrieval z-score and rank."""
@@ -539,6 +559,11 @@ def test_a_read_span_carries_its_windows_cls_score(tiny_reader):
         assert (s.score, s.null) == pytest.approx(best[s.start, s.end], abs=1e-5)
 
 
+def every_unit(model: dict) -> dict:
+    """A reading file's models: one for each unit."""
+    return {unit: model for unit in ("phrase", "passage", "doc")}
+
+
 def test_a_version_1_reading_file_ranks_as_before(tmp_path):
     """A reading file fitted before ``reader_null`` loads with that feature's weight 0: the same log-odds."""
     from spanseek.core.reading import V1_FEATURES
@@ -546,8 +571,8 @@ def test_a_version_1_reading_file_ranks_as_before(tmp_path):
     rng = np.random.default_rng(0)
     old = LogisticModel(tuple(rng.normal(size=6)), tuple(rng.uniform(0.5, 2, size=6)), tuple(rng.normal(size=6)), 0.2)
     v1 = {"version": 1, "features": list(V1_FEATURES), "read_passages": 2, "spans_per_passage": 3, "window_chars": 200,
-          "fitted_on": {"questions": 5}, "models": {"phrase": old.to_dict()}, "calibration": {"phrase": [1.0, 0.5]},
-          "depths": {"1": {"models": {"phrase": old.to_dict()}, "calibration": {}}}}
+          "fitted_on": {"questions": 5}, "models": every_unit(old.to_dict()), "calibration": {"phrase": [1.0, 0.5]},
+          "depths": {"1": {"models": every_unit(old.to_dict()), "calibration": {}}}}
     (tmp_path / READING_NAME).write_text(json.dumps(v1))
     reading = Reading.load(tmp_path / READING_NAME)
     x = rng.normal(size=(9, len(READ_FEATURES)))
@@ -563,9 +588,9 @@ def test_a_version_1_reading_file_ranks_as_before(tmp_path):
 def test_a_reading_file_round_trips_with_its_calibration(tmp_path):
     features = len(READ_FEATURES)
     model = LogisticModel((0.5,) * features, (2.0,) * features, (1.0, -0.5) + (0.0,) * (features - 2), 0.3)
-    other = Reading(2, 2, {"phrase": replace(model, intercept=-0.1)}, window_chars=120,
+    other = Reading(2, 2, every_unit(replace(model, intercept=-0.1)), window_chars=120,
                     calibration={"phrase": (1.5, 0.0)})
-    reading = Reading(4, 2, {"phrase": model}, {"questions": 7}, window_chars=120, calibration={"phrase": (0.5, -1.0)},
+    reading = Reading(4, 2, every_unit(model), {"questions": 7}, window_chars=120, calibration={"phrase": (0.5, -1.0)},
                       depths={2: other})
     reading.save(tmp_path / READING_NAME)
     assert Reading.load(tmp_path / READING_NAME) == reading and Reading.load(tmp_path / READING_NAME).at(1) == other
