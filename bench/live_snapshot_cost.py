@@ -38,10 +38,10 @@ from machine import cpu_name  # noqa: E402
 
 from spanseek.core.duplicates import Copies
 from spanseek.core.fieldindex import FieldIndex
-from spanseek.core.live_lexical import BaseTerms, LiveLexical
+from spanseek.core.live_lexical import BaseTerms
 from spanseek.core.phrase_index import Manifest, PhraseIndex, passage_record
 from spanseek.core.search import Searcher
-from spanseek.core.segment import EncodedDocument, LiveIndex, empty_like, passages_of, term_columns
+from spanseek.core.segment import EncodedDocument, LiveIndex, empty_like, live_lexical
 from spanseek.core.selection import UNIT_OF_PASSAGE, Layout
 
 
@@ -128,9 +128,7 @@ def main() -> None:
             snap = LiveIndex(base, segment, tombstones, template, base_terms)
             times = {"snapshot_s": time.perf_counter() - t0}
             t0 = time.perf_counter()
-            LiveLexical(base.lexical, base_terms,  # type: ignore[arg-type]
-                        [c for doc in segment for c in term_columns(doc, base_terms)],
-                        passages_of(base, snap.deleted_docs))
+            live_lexical(base, base_terms, segment, snap.deleted_docs)
             times["lexical_s"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             scan_vectors(snap)

@@ -21,8 +21,9 @@ its strings by their codes. Each condition becomes a (D,) boolean mask over docu
 (``must`` and, ``should`` or, ``must_not`` and-not).
 
 A live snapshot (``core.segment.LiveIndex``) filters with ``JoinedFieldIndex``: its base's field index (read or built
-once a base) and one built over the segment's documents at each write, each condition's documents taken from both
-(the segment's numbered after the base's), so a write costs O(segment), not a field index over every document.
+once a base) and those built over runs of the segment's documents (``core.segment_log``, each built once a run and
+shared by the later snapshots), each condition's documents taken from all (numbered one part after the other), so a
+write builds about its own document's, not a field index over every document.
 
 A condition on a field no document has, or of a kind the field never holds (a range of numbers over strings, a
 date range over a field without dates, ``"2024"`` over numbers), raises FilterError naming the field (HTTP 400).
@@ -33,6 +34,7 @@ from __future__ import annotations
 import bisect
 import functools
 import io
+import itertools
 import json
 import typing
 from abc import ABC, abstractmethod
@@ -379,43 +381,53 @@ class FieldIndex(FilterTree):
 
 
 class JoinedFieldIndex(FilterTree):
-    """The field index of ``first``'s documents followed by ``then``'s (numbered after them), read from the two
-    without building one over all: a live index's base (built once a base) and its segment (built each write, in
-    O(segment)). Each condition selects documents one by one, so its documents are ``first``'s and ``then``'s,
-    renumbered; a filter answers as ``FieldIndex.build`` over all the documents does (an id held by both is
-    ``then``'s, the last document of the id)."""
+    """The field index of ``first``'s documents followed by each of ``then``'s in turn (each numbered after the one
+    before), read from the parts without building one over all: a live index's base (built once a base) and its
+    segment's runs of documents (``core.segment_log``, built once a run). Each condition selects documents one by
+    one, so its documents are the parts', renumbered; a filter answers as ``FieldIndex.build`` over all the
+    documents does (an id held by several is the last part's, the last document of the id)."""
 
-    def __init__(self, first: FilterTree, then: FilterTree):
-        self.first, self.then, self.offset = first, then, first.documents
-        self.ids = Chained(first.ids, then.ids)
-        shifted = {doc_id: self.offset + d for doc_id, d in then.number_of.items()}
-        self.number_of = ChainMap(shifted, first.number_of)  # type: ignore[arg-type]  # (a read-only view)
+    def __init__(self, first: FilterTree, *then: FilterTree):
+        self.parts = (first, *then)
+        self.offsets = list(itertools.accumulate((p.documents for p in self.parts), initial=0))
+        self.ids = functools.reduce(Chained, (p.ids for p in then), first.ids)
+        shifted = [_shifted(p, at) for p, at in zip(then[::-1], self.offsets[-2:0:-1], strict=True)]
+        self.number_of = ChainMap(*shifted, first.number_of)  # type: ignore[arg-type]  # (a read-only view)
 
     @property
     def documents(self) -> int:
-        return self.first.documents + self.then.documents
+        return self.offsets[-1]
 
     @functools.cached_property
     def respelled(self) -> Mapping[str, Sequence[str]]:
-        return joined(self.first.respelled, self.then.respelled)
+        return functools.reduce(joined, (p.respelled for p in self.parts))
 
     def kinds_of(self, key: str) -> list[Kind] | None:
-        a, b = self.first.kinds_of(key), self.then.kinds_of(key)
-        if a is None or b is None:
-            return a if b is None else b
-        return [k for k in typing.get_args(Kind) if k in a or k in b]
+        held = [k for p in self.parts if (k := p.kinds_of(key)) is not None]
+        if len(held) < 2:
+            return held[0] if held else None
+        return [k for k in typing.get_args(Kind) if any(k in h for h in held)]
 
     def names(self) -> list[str]:
-        return sorted({*self.first.names(), *self.then.names()})
+        return sorted({n for p in self.parts for n in p.names()})
 
     def found(self, leaf: Match | AnyOf | Range) -> np.ndarray:
-        return self._joined(self.first.found(leaf), self.then.found(leaf))
+        return self._joined([p.found(leaf) for p in self.parts])
 
     def titled(self, prefix: str) -> np.ndarray:
-        return self._joined(self.first.titled(prefix), self.then.titled(prefix))
+        return self._joined([p.titled(prefix) for p in self.parts])
 
-    def _joined(self, first: np.ndarray, then: np.ndarray) -> np.ndarray:
-        return np.concatenate([first.astype(np.int64), then.astype(np.int64) + self.offset])
+    def _joined(self, found: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate([f.astype(np.int64) + at for f, at in zip(found, self.offsets[:-1], strict=True)])
+
+
+def _shifted(part: FilterTree, offset: int) -> Mapping[str, int]:
+    """``part``'s document numbers by id, numbered from ``offset``: made once a part and offset (a segment's run of
+    documents keeps its offset in every snapshot that reads it)."""
+    made = part.__dict__.get("_shifted")
+    if made is None or made[0] != offset:
+        made = part.__dict__["_shifted"] = (offset, {doc_id: offset + d for doc_id, d in part.number_of.items()})
+    return made[1]
 
 
 _KIND_OF_TYPE: dict[type, Kind] = {int: "number", float: "number", str: "string", bool: "boolean",

@@ -7,8 +7,9 @@ variant, the formula the base's ``lexical/`` was built with) over the live passa
 number of passages, their mean length and each term's document frequency count the live passages only, as an index
 built from scratch over the same documents would. A snapshot's statistics are the base's (counted once a base), less
 its dead passages', plus the segment's, kept apart and joined for a query's terms at the search: a write costs its
-own document's terms (numbered once, ``BaseTerms.numbered``) and O(segment + tombstones) postings, nothing over every
-passage or term of the base.
+own document's terms (numbered once, ``BaseTerms.numbered``), its postings (the segment's are built over runs of
+written documents, each run once, ``core.segment_log``) and O(tombstones) postings, nothing over every passage or
+term of the base nor every posting of the segment.
 """
 
 from __future__ import annotations
@@ -28,37 +29,33 @@ from spanseek.core.phrase_index import PhraseIndex
 
 class LiveLexical:
     """BM25 over base + segment passages, counting only the live ones (module docstring); ``scores`` as
-    ``LexicalIndex.scores``. ``base_terms`` are the base's passages' terms (tokenised once per base); ``segment``: each
-    segment passage's term columns (``BaseTerms.numbered``, made once a written document); ``dead``: the base's
+    ``LexicalIndex.scores``. ``base_terms`` are the base's passages' terms (tokenised once per base); ``segment``: the
+    segment passages' postings, run after run (``SegmentPostings``, built once a run of written documents and shared
+    by the later snapshots, ``core.segment_log``); ``dead``: the base's
     passages deleted (sorted, distinct). A snapshot reads the base's term frequencies where they lie and keeps what
     the writes change apart: the segment's postings, the dead passages' document frequencies and lengths. A query
     term's idf is made from them at the search; nothing is made over every passage or every term (a snapshot recounted
     the base's postings, 500 ms a write at 1M passages of 30 terms; then made an idf, a mask and lengths over all of
     them, and numbered every segment term again)."""
 
-    def __init__(self, base: LexicalIndex, base_terms: BaseTerms, segment: Sequence[np.ndarray], dead: np.ndarray):
+    def __init__(self, base: LexicalIndex, base_terms: BaseTerms, segment: Sequence[SegmentPostings],
+                 dead: np.ndarray):
         r = base.retriever
         self.k1, self.b, self.method = float(r.k1), float(r.b), r.method
         self.base, self.base_terms = base, base_terms
         self.n_base, self.n_base_terms = base_terms.tf.shape
         self.n_terms = base_terms.n_terms  # the terms numbered so far; later writes' are not this snapshot's
         self.vocab = base_terms.vocabulary
-        self.n_passages = self.n_base + len(segment)
+        self.segment = segment
+        self.seg_first = np.cumsum([self.n_base, *(len(s.lengths) for s in segment)])  # each run's first passage
+        self.n_passages = int(self.seg_first[-1])
         self.dead = np.zeros(self.n_base, bool)  # (calloc'd: pages are made only where a passage is dead)
         self.dead[dead] = True
-        self.seg_len = np.asarray([len(c) for c in segment], np.int64)
-        # the segment's postings by term: (term, passage) pairs in order, each once with its count
-        pairs = np.sort(np.concatenate([np.zeros(0, np.int64), *segment]) * max(len(segment), 1)
-                        + np.repeat(np.arange(len(segment)), self.seg_len))
-        first = np.flatnonzero(np.r_[True, pairs[1:] != pairs[:-1]]) if len(pairs) else np.zeros(0, np.int64)
-        self.seg_rows = pairs[first] % max(len(segment), 1)
-        self.seg_tf = np.diff(np.r_[first, len(pairs)]).astype(np.float32)
-        self.seg_terms, self.seg_starts = _runs_of(pairs[first] // max(len(segment), 1))
         # the dead passages' postings: each (passage, term) once in a summed CSR, so a term's count is its dead df
         self.dead_terms, at = _runs_of(np.sort(base_terms.tf[dead].indices.astype(np.int64)))
         self.dead_df = np.diff(at)
-        self.n_live = self.n_base - len(dead) + len(segment)
-        total = base_terms.total_len - int(base_terms.doc_len[dead].sum()) + int(self.seg_len.sum())
+        self.n_live = self.n_passages - len(dead)
+        total = base_terms.total_len - int(base_terms.doc_len[dead].sum()) + sum(s.total for s in segment)
         self.avg_len = np.float64(total) / self.n_live if self.n_live else np.float64(1.0)  # (as a mean of them)
 
     def describe(self) -> dict[str, Any]:
@@ -78,8 +75,9 @@ class LiveLexical:
         df = np.zeros(len(terms), np.int64)
         in_base = terms < self.n_base_terms
         df[in_base] = self.base_terms.df[terms[in_base]]
-        df = df - _count_of(self.dead_terms, self.dead_df, terms) + _count_of(self.seg_terms, np.diff(self.seg_starts),
-                                                                               terms)
+        df -= _count_of(self.dead_terms, self.dead_df, terms)
+        for postings in self.segment:
+            df += _count_of(postings.terms, np.diff(postings.starts), terms)
         return np.where(df > 0, np.log(1 + (self.n_live - df + 0.5) / (df + 0.5)), 0.0).astype(np.float32)
 
     def term_scores(self, term: int, idf: np.float32) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -91,11 +89,11 @@ class LiveLexical:
             rows = tf_of.indices[a:b]
             s = self._scored(idf, tf_of.data[a:b], self.base_terms.doc_len[rows])
             yield rows, np.where(self.dead[rows], np.float32(0), s)
-        at = np.searchsorted(self.seg_terms, term)
-        if at < len(self.seg_terms) and self.seg_terms[at] == term:
-            a, b = self.seg_starts[at], self.seg_starts[at + 1]
-            rows = self.seg_rows[a:b]
-            yield rows + self.n_base, self._scored(idf, self.seg_tf[a:b], self.seg_len[rows])
+        for postings, first in zip(self.segment, self.seg_first[:-1].tolist(), strict=True):
+            held = postings.of_term(term)
+            if held is not None:
+                rows, tf = held
+                yield rows + first, self._scored(idf, tf, postings.lengths[rows])
 
     def _scored(self, idf: np.float32, tf: np.ndarray, length: np.ndarray) -> np.ndarray:
         tfc = tf / (self.k1 * ((1 - self.b) + self.b * length / self.avg_len) + tf)  # float64, as bm25s
@@ -114,6 +112,42 @@ class LiveLexical:
 
     def top(self, questions: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         return top_passages(self.scores(questions), k)
+
+
+@dataclass(frozen=True)
+class SegmentPostings:
+    """The BM25 postings of a run of segment passages (numbered from 0 in the run), built once a run of written
+    documents (``core.segment_log``) and read by every later snapshot holding it: terms, the sorted distinct term
+    columns; starts, where each one's postings start (the end appended); rows and tf, each posting's passage and
+    count; lengths, (p,) each passage's terms; total, their sum."""
+
+    terms: np.ndarray
+    starts: np.ndarray
+    rows: np.ndarray
+    tf: np.ndarray
+    lengths: np.ndarray
+    total: int
+
+    @classmethod
+    def of(cls, columns: Sequence[np.ndarray]) -> SegmentPostings:
+        """The postings of passages whose terms are ``columns`` (each passage's, ``BaseTerms.numbered``)."""
+        lengths = np.asarray([len(c) for c in columns], np.int64)
+        width = max(len(columns), 1)
+        # (term, passage) pairs in order, each once with its count
+        pairs = np.sort(np.concatenate([np.zeros(0, np.int64), *columns]) * width
+                        + np.repeat(np.arange(len(columns)), lengths))
+        first = np.flatnonzero(np.r_[True, pairs[1:] != pairs[:-1]]) if len(pairs) else np.zeros(0, np.int64)
+        terms, starts = _runs_of(pairs[first] // width)
+        return cls(terms, starts, pairs[first] % width, np.diff(np.r_[first, len(pairs)]).astype(np.float32),
+                   lengths, int(lengths.sum()))
+
+    def of_term(self, term: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The passages holding ``term`` and its count in each; None where none does."""
+        at = np.searchsorted(self.terms, term)
+        if at == len(self.terms) or self.terms[at] != term:
+            return None
+        a, b = self.starts[at], self.starts[at + 1]
+        return self.rows[a:b], self.tf[a:b]
 
 
 def _runs_of(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

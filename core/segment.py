@@ -60,7 +60,7 @@ from spanseek.core.fieldindex import FieldIndex, JoinedFieldIndex, run_positions
 from spanseek.core.flat_search import flat_vectors
 from spanseek.core.hits import HitBuilder
 from spanseek.core.lexical import passage_text, tokenize
-from spanseek.core.live_lexical import BaseTerms, LiveLexical
+from spanseek.core.live_lexical import BaseTerms, LiveLexical, SegmentPostings
 from spanseek.core.phrase_index import (
     PhraseIndex,
     as_float32,
@@ -69,6 +69,7 @@ from spanseek.core.phrase_index import (
     passage_record,
 )
 from spanseek.core.search import Searcher
+from spanseek.core.segment_log import segment_chunks
 from spanseek.core.selection import int64_vector
 from spanseek.core.widened import widened_rows
 
@@ -246,6 +247,16 @@ def term_columns(doc: EncodedDocument, base_terms: BaseTerms) -> list[np.ndarray
     return made[1]
 
 
+def live_lexical(base: PhraseIndex, base_terms: BaseTerms, segment: Sequence[EncodedDocument],
+                 deleted_docs: np.ndarray) -> LiveLexical:
+    """The BM25 part of a snapshot of ``base`` holding ``segment`` with ``deleted_docs`` dead: the segment's postings
+    built over runs of its documents, each run once a base (``core.segment_log``), read by the later snapshots."""
+    assert base.lexical is not None
+    postings = segment_chunks(base_terms, "postings", lambda docs, _: SegmentPostings.of(
+        [c for doc in docs for c in term_columns(doc, base_terms)])).of(segment)
+    return LiveLexical(base.lexical, base_terms, [c.part for c in postings], passages_of(base, deleted_docs))
+
+
 def passages_of(index: PhraseIndex, docs: np.ndarray) -> np.ndarray:
     """The passages of documents ``docs`` (sorted, distinct): the index's passages by document, made once an index
     (again for a copy given other passages), then a run of them a document, not a pass over every passage."""
@@ -337,7 +348,9 @@ class LiveIndex(PhraseIndex):
         self.passages = Chained(base.passages, seg_passages)  # the base's lists are shared, not copied
         self.docs = Chained(base.docs, seg_docs)
         self.deleted_docs = np.union1d(base.deleted_docs, tombstones).astype(np.int64)
-        self._fields = JoinedFieldIndex(base.fields, FieldIndex.build(seg_docs))  # the base's is built once a base
+        # the base's field index is built once a base, the segment's runs once a run (core.segment_log)
+        self._fields = JoinedFieldIndex(base.fields, *(c.part for c in segment_chunks(
+            base, "fields", lambda docs, _: FieldIndex.build([doc.record for doc in docs])).of(self.segment)))
         self.passage_doc = ChainedArray(base.passage_doc, seg_passages.doc)  # (the base's made once a base)
         n_seg = int(seg_ntokens.sum())
         kept = np.flatnonzero(np.concatenate([doc.kept for doc in segment])) if segment else np.zeros(0, np.int64)
@@ -354,9 +367,7 @@ class LiveIndex(PhraseIndex):
             indexed_tokens=self.faiss.ntotal)
         self.lexical = None
         if base.lexical is not None and base_terms is not None:
-            self.lexical = LiveLexical(base.lexical, base_terms, [c for doc in segment for c in
-                                                                  term_columns(doc, base_terms)],
-                                       passages_of(base, self.deleted_docs))
+            self.lexical = live_lexical(base, base_terms, self.segment, self.deleted_docs)
 
     @property
     def seg_vectors(self) -> np.ndarray:

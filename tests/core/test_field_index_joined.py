@@ -9,6 +9,7 @@ every kind of point, under random nested filters (ids, metadata, ranges, must / 
 from __future__ import annotations
 
 import random
+import re
 
 import numpy as np
 import pytest
@@ -87,3 +88,27 @@ def test_the_joined_respellings_are_those_of_all_the_ids():
     segment = [{"id": "caf\u00e9", "title": "z"}, {"id": "e\u0301", "title": "w"}]
     joined, oracle = joined_and_all(base + segment, 2)
     assert dict(joined.respelled) == oracle.respelled
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_field_index_joined_from_many_parts_selects_what_one_built_over_all_selects(seed):
+    """A base and several runs of segment documents (as a live snapshot joins them), ids repeated across the parts:
+    each id is the last part's, and every filter selects (or is refused) as over one field index of all of them."""
+    rng = random.Random(seed)
+    docs = versions(seed, 300)
+    cuts = sorted(rng.sample(range(1, 300), 5))
+    parts = [FieldIndex.build(docs[a:b]) for a, b in zip([0, *cuts], [*cuts, 300], strict=True)]
+    joined, oracle = JoinedFieldIndex(*parts), FieldIndex.build(docs)
+    assert joined.documents == oracle.documents and list(joined.ids) == oracle.ids
+    ids = [d["id"] for d in docs] + ["doc-none"]
+    assert [joined.number_of.get(i) for i in ids] == [oracle.number_of.get(i) for i in ids]
+    assert dict(joined.respelled) == dict(oracle.respelled)
+    for _ in range(40):
+        flt = SearchFilter.from_json(random_filter(rng))
+        try:
+            want = oracle.documents_of(flt)
+        except FilterError as e:
+            with pytest.raises(FilterError, match=re.escape(str(e))):
+                joined.documents_of(flt)
+            continue
+        assert np.array_equal(joined.documents_of(flt), want)

@@ -105,12 +105,18 @@ def test_a_snapshot_holds_what_copying_the_base_into_it_held(seed):
     for row in rng.sample(range(len(all_docs)), 20):
         assert bisect.bisect_left(live.passages, row, key=by_doc) == bisect.bisect_left(all_passages, row, key=by_doc)
 
+    filters_as_built_over(live, all_docs, rng, 40)
+
+
+def filters_as_built_over(live: LiveIndex, all_docs: list[dict], rng: random.Random, n: int) -> np.ndarray:
+    """``live``'s ids and ``n`` random filters against a field index built over ``all_docs`` (its documents), the
+    deleted ones left out; its (D,) deletion mask."""
     oracle = FieldIndex.build(all_docs)
     ids = [d["id"] for d in all_docs]
     assert [live.fields.number_of.get(i) for i in ids] == [oracle.number_of.get(i) for i in ids]
     deleted = np.zeros(len(all_docs), bool)
     deleted[live.deleted_docs] = True
-    for _ in range(40):
+    for _ in range(n):
         flt = SearchFilter.from_json(random_filter(rng))
         try:
             want = oracle.documents_of(flt) & ~deleted
@@ -119,6 +125,7 @@ def test_a_snapshot_holds_what_copying_the_base_into_it_held(seed):
                 allowed_documents(live, flt)
             continue
         assert np.array_equal(allowed_documents(live, flt), want)
+    return deleted
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -248,7 +255,7 @@ def test_live_bm25_counts_the_live_base_and_segment_passages_as_a_scan_does(seed
     score against BM25 scanned over the live passages, segment terms the base never held included."""
     import scipy.sparse as sp
 
-    from spanseek.core.live_lexical import BaseTerms, LiveLexical
+    from spanseek.core.live_lexical import BaseTerms, LiveLexical, SegmentPostings
 
     rng = random.Random(seed)
     words = [f"w{i}" for i in range(12)]
@@ -262,7 +269,9 @@ def test_live_bm25_counts_the_live_base_and_segment_passages_as_a_scan_does(seed
     terms = BaseTerms(tf, vocab, np.asarray([len(t) for t in base_terms]))
     live = [rng.random() > 0.2 for _ in base_terms] + [True] * len(seg_terms)
     retriever = SimpleNamespace(retriever=SimpleNamespace(k1=1.5, b=0.75, method="lucene"))
-    lexical = LiveLexical(retriever, terms, terms.numbered(seg_terms), np.flatnonzero(~np.asarray(live[:40])))
+    columns = terms.numbered(seg_terms)  # the segment's postings in runs of passages, as a snapshot reads them
+    runs = [SegmentPostings.of(columns[a:b]) for a, b in ((0, 2), (2, 3), (3, 5))]
+    lexical = LiveLexical(retriever, terms, runs, np.flatnonzero(~np.asarray(live[:40])))
     questions = [rng.sample(words, 3) for _ in range(6)]
     got = lexical.scores(["?"] * len(questions), questions)
     want = [bm25(base_terms + seg_terms, live, q) for q in questions]
@@ -316,7 +325,7 @@ def test_a_write_s_bm25_statistics_cost_the_segment_not_the_base_s_postings():
     least of three, against ``tocsc`` of the base's postings; recounting them took several such passes)."""
     import scipy.sparse as sp
 
-    from spanseek.core.live_lexical import BaseTerms, LiveLexical
+    from spanseek.core.live_lexical import BaseTerms, LiveLexical, SegmentPostings
 
     n, per, words = 100_000, 20, 50_000
     rng = np.random.default_rng(0)
@@ -326,7 +335,7 @@ def test_a_write_s_bm25_statistics_cost_the_segment_not_the_base_s_postings():
     terms.by_term, terms.df  # noqa: B018  (made once a base)
     one_pass = least(tf.tocsc)
     retriever = SimpleNamespace(retriever=SimpleNamespace(k1=1.5, b=0.75, method="lucene"))
-    written = terms.numbered([["w1", "new"]])
+    written = [SegmentPostings.of(terms.numbered([["w1", "new"]]))]
     assert least(lambda: LiveLexical(retriever, terms, written, np.asarray([7]))) < 0.3 * one_pass
 
 
@@ -335,7 +344,7 @@ def test_a_write_s_bm25_part_costs_about_a_dictionary_lookup_a_segment_term():
     against one pass of such lookups; through the snapshot's two-level vocabulary it took over 10 passes)."""
     import scipy.sparse as sp
 
-    from spanseek.core.live_lexical import BaseTerms, LiveLexical
+    from spanseek.core.live_lexical import BaseTerms, LiveLexical, SegmentPostings
 
     rng = random.Random(0)
     words = [f"w{i}" for i in range(5000)]
@@ -348,7 +357,8 @@ def test_a_write_s_bm25_part_costs_about_a_dictionary_lookup_a_segment_term():
 
     held = terms.vocab
     one_pass = least(lambda: [held.get(t) for ts in seg_terms for t in ts])
-    assert least(lambda: LiveLexical(retriever, terms, terms.numbered(seg_terms), np.zeros(0, np.int64))) < 6 * one_pass
+    assert least(lambda: LiveLexical(retriever, terms, [SegmentPostings.of(terms.numbered(seg_terms))],
+                                        np.zeros(0, np.int64))) < 6 * one_pass
 
 
 def test_a_written_document_keeps_no_float32_copy_of_its_vectors_nor_its_base_s_index_alive():
@@ -423,13 +433,13 @@ def test_a_write_s_bm25_part_makes_nothing_over_every_passage():
     made (CPU time, the least of three), with an idf, a live mask and the lengths over every passage and term."""
     import scipy.sparse as sp
 
-    from spanseek.core.live_lexical import BaseTerms, LiveLexical
+    from spanseek.core.live_lexical import BaseTerms, LiveLexical, SegmentPostings
 
     n = 2_000_000
     tf = sp.csr_matrix((np.ones(n, np.float32), np.arange(n) % 1000, np.arange(n + 1)), shape=(n, 1000))
     terms = BaseTerms(tf, {f"w{i}": i for i in range(1000)}, np.full(n, 3, np.int64))
     terms.by_term, terms.df, terms.total_len  # noqa: B018  (made once a base)
-    written = terms.numbered([["w1", "new"], ["w2"]])
+    written = [SegmentPostings.of(terms.numbered([["w1", "new"], ["w2"]]))]
     retriever = SimpleNamespace(retriever=SimpleNamespace(k1=1.5, b=0.75, method="lucene"))
     live = np.ones(n + 2, bool)
     mean_length = least(lambda: np.concatenate([terms.doc_len, [2, 1]])[live].mean())
@@ -612,3 +622,88 @@ def test_a_segment_past_the_widened_rows_bytes_holds_no_rows_nor_documents_that_
     assert gone() is None
     kept = segment[:2]  # back under the bytes: widened again, from the float16 vectors
     assert np.array_equal(rows.rows_of(kept), np.concatenate([d.vectors for d in kept]).astype(np.float32))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_every_snapshot_of_a_series_of_writes_filters_and_scores_as_one_built_over_its_documents(seed):
+    """Writes one after another over one base (new documents, segment documents replaced and deleted, base documents
+    tombstoned), and now and then an older snapshot made again: each snapshot's filters select what a field index
+    built over all its documents selects, and its BM25 scores are, to the bit, those counted over all its passages
+    (the segment's parts are built over runs of its documents and shared between snapshots)."""
+    import scipy.sparse as sp
+
+    from spanseek.core.live_lexical import BaseTerms
+
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(30)]
+    docs = versions(seed, 130)
+    base = memory_base(docs[:60], rng)
+    base_terms = [[rng.choice(words[:20]) for _ in range(rng.randint(1, 5))] for _ in base.passages]
+    vocab: dict[str, int] = {}
+    cols = [vocab.setdefault(t, len(vocab)) for ts in base_terms for t in ts]
+    rows = np.repeat(np.arange(len(base_terms)), [len(ts) for ts in base_terms])
+    tf = sp.csr_matrix((np.ones(len(cols), np.float32), (rows, cols)), shape=(len(base_terms), len(vocab)))
+    tf.sum_duplicates()
+    terms = BaseTerms(tf, vocab, np.asarray([len(ts) for ts in base_terms], np.int64))
+    base.lexical = SimpleNamespace(retriever=SimpleNamespace(k1=1.5, b=0.75, method="lucene"), analyzer="folded")
+    template, segment, dead, older = empty_like(base.faiss), [], set(), []
+    questions = [rng.sample(words, 3) for _ in range(4)]
+
+    def written(record: dict) -> EncodedDocument:
+        doc = encoded(record, rng)
+        return dataclasses.replace(doc, terms=tuple([rng.choice(words) for _ in range(rng.randint(1, 5))]
+                                                    for _ in doc.passages))
+
+    def check(segment: list[EncodedDocument], dead: set[int]) -> None:
+        live = LiveIndex(base, segment, np.asarray(sorted(dead), np.int64), template, terms)
+        deleted = filters_as_built_over(live, base.docs + [doc.record for doc in segment], rng, 4)
+        seg_terms = [t for doc in segment for t in doc.terms]
+        passage_live = np.r_[~deleted[[p["doc"] for p in base.passages]], np.ones(len(seg_terms), bool)]
+        np.testing.assert_array_equal(live.lexical.scores(["?"] * len(questions), questions),
+                                      counted_over_all(terms, seg_terms, passage_live, questions))
+
+    for i, record in enumerate(docs[60:]):
+        pick = rng.random()
+        if pick < 0.15 and segment:  # a segment document replaced: it leaves, its new version comes last
+            old = segment.pop(rng.randrange(len(segment)))
+            segment.append(written({**record, "id": old.id}))
+        elif pick < 0.25 and segment:
+            segment.pop(rng.randrange(len(segment)))
+        elif pick < 0.3:
+            dead.add(rng.randrange(len(base.docs)))
+        else:
+            segment.append(written(record))
+        if i % 10 == 0:
+            older.append((list(segment), set(dead)))
+        check(segment, dead)
+        if i % 25 == 24:
+            check(*older[rng.randrange(len(older))])
+
+
+def test_a_write_builds_the_field_index_and_postings_of_about_its_own_document(monkeypatch):
+    """Over 300 writes, the segment's field index parts are built over about log2(segment) documents a write (each
+    write built one over every segment document: 45,150 in all), and a snapshot reads at most log2(segment) + 1 of
+    them."""
+    import scipy.sparse as sp
+
+    from spanseek.core.live_lexical import BaseTerms, SegmentPostings
+
+    rng = random.Random(0)
+    base = memory_base([{"id": f"d{d}", "title": "t"} for d in range(50)], rng)
+    n = len(base.passages)
+    terms = BaseTerms(sp.csr_matrix((np.ones(n, np.float32), (np.arange(n), np.zeros(n, int))), shape=(n, 1)),
+                      {"w": 0}, np.ones(n, np.int64))
+    base.lexical = SimpleNamespace(retriever=SimpleNamespace(k1=1.5, b=0.75, method="lucene"), analyzer="folded")
+    built, posted = [], []
+    real, real_postings = FieldIndex.build, SegmentPostings.of
+    monkeypatch.setattr(FieldIndex, "build", classmethod(lambda cls, docs: built.append(len(docs)) or real(docs)))
+    monkeypatch.setattr(SegmentPostings, "of", classmethod(lambda cls, c: posted.append(len(c)) or real_postings(c)))
+    template, segment = empty_like(base.faiss), []
+    for i in range(300):
+        segment.append(encoded({"id": f"n{i}", "title": "n", "meta": {"i": i}}, rng))
+        live = LiveIndex(base, segment, np.zeros(0, np.int64), template, terms)
+        assert len(live.fields.parts) <= 2 + np.log2(len(segment))
+        assert len(live.lexical.segment) <= 1 + np.log2(len(segment))
+    assert sum(built) <= 300 * (1 + np.log2(300))
+    assert sum(posted) <= len(live.passages) * (1 + np.log2(300))  # (each write posted every segment passage)
+    assert live.fields.documents_of(SearchFilter.from_json({"meta": {"i": 299}})).tolist() == [False] * 349 + [True]
