@@ -6,7 +6,8 @@
 document numbers continue after the base's, as ``spanseek index add`` numbers them, so the searcher, its stages and
 the hits run on it unchanged. Each write publishes a new ``LiveIndex`` (a snapshot: the base's passages, documents,
 token map and field index are read through, not copied, ``core.chained.Chained``, ``ChainedArray`` and
-``core.fieldindex.JoinedFieldIndex``, so a memory-mapped base array stays memory-mapped) and a new ``Searcher`` over
+``core.fieldindex.JoinedFieldIndex``, so a memory-mapped base array stays memory-mapped; the segment's are made once
+a written document and shared by the base's snapshots, ``core.segment_log``) and a new ``Searcher`` over
 it (``searcher_over``). What the first search computes from the token map (the tokens spans may start and end at,
 the wide gaps where a paragraph break can be) is the base's, made once a base, joined to the segment's
 (``core.chained.derived``); so are the per-document counts of its selections' layout (``core.selection.Layout``).
@@ -43,12 +44,11 @@ store (sq8/sq4) reads the segment's neighbour vectors as fp16.
 from __future__ import annotations
 
 import dataclasses
-import operator
 import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any
 
 import numpy as np
 
@@ -66,10 +66,15 @@ from spanseek.core.phrase_index import (
     as_float32,
     decode_codes,
     faiss_search_parameters,
-    passage_record,
 )
 from spanseek.core.search import Searcher
-from spanseek.core.segment_log import segment_chunks
+from spanseek.core.segment_log import (
+    SegmentPassages,
+    SegmentRecords,
+    appended_rows,
+    segment_chunks,
+    segment_columns,
+)
 from spanseek.core.selection import int64_vector
 from spanseek.core.widened import widened_rows
 
@@ -287,36 +292,6 @@ def segment_index(template: Any, parts: Sequence[np.ndarray]) -> Any:
     return out
 
 
-class SegmentPassages(Sequence[dict[str, Any]]):
-    """The segment's passage records (``passages.jsonl``'s lines, their documents numbered from ``first_doc``), each
-    made when read: a write's snapshot makes none (it made a record of every segment passage)."""
-
-    def __init__(self, segment: Sequence[EncodedDocument], first_doc: int):
-        self.segment, self.first_doc = segment, first_doc
-        counts = np.fromiter((len(doc.passages) for doc in segment), np.int64, count=len(segment))
-        self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        self.doc = np.repeat(np.arange(len(segment), dtype=np.int64) + first_doc, counts)  # (S,) each's document
-
-    def __len__(self) -> int:
-        return int(self.starts[-1])
-
-    @overload
-    def __getitem__(self, i: int) -> dict[str, Any]: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
-
-    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        i = operator.index(i) + (len(self) if operator.index(i) < 0 else 0)
-        if not 0 <= i < len(self):
-            raise IndexError(f"index {i} out of range for {len(self)} passages")
-        k = int(self.doc[i]) - self.first_doc
-        q = self.segment[k].passages[i - int(self.starts[k])]
-        return passage_record(self.first_doc + k, q["para"], q["text"], q.get("meta"))
-
-
 class LiveIndex(PhraseIndex):
     """The base ``PhraseIndex`` followed by the segment's documents, less the tombstoned base documents.
 
@@ -329,33 +304,28 @@ class LiveIndex(PhraseIndex):
         self.base = base
         self.segment = list(segment)
         self.dir = base.dir
-        n, p, d = len(base.token_passage), len(base.passages), len(base.docs)
-        seg_ntokens = np.concatenate([doc.ntokens for doc in segment]) if segment else np.zeros(0, np.int64)
+        n, d = len(base.token_passage), len(base.docs)
         self._seg_joined: dict[str, np.ndarray | None] = {}  # ``seg_vectors``, ``seg_codes``: joined at the first read
         self._seg_lock = threading.Lock()
+        cols = segment_columns(base, self.segment)  # (the base's buffers: each document's rows made once)
         # the segment's token map, numbered from 0; the snapshot's is the base's followed by it, read where each lies
-        seg = TokenMap(np.repeat(np.arange(len(seg_ntokens), dtype=np.int32), seg_ntokens),
-                       np.concatenate([np.zeros((0, 2), np.int32), *[doc.offsets for doc in segment]]),
-                       np.concatenate([np.zeros(0, np.uint8), *[doc.flags for doc in segment]]),
-                       np.concatenate([[0], np.cumsum(seg_ntokens)]).astype(np.int64))
+        seg = TokenMap(cols["token_passage"], cols["token_offsets"], cols["token_flags"], cols["passage_tokens"])
         self.token_parts = (base, seg)  # what core.chained.derived reads
-        self.token_passage = ChainedArray(base.token_passage, p + seg.token_passage)
+        self.token_passage = ChainedArray(base.token_passage, cols["live_token_passage"])
         self.token_offsets = ChainedArray(base.token_offsets, seg.token_offsets)
         self.token_flags = ChainedArray(base.token_flags, seg.token_flags)
-        self.passage_tokens = ChainedArray(base.passage_tokens, n + seg.passage_tokens[1:])
-        seg_docs = [doc.record for doc in segment]
-        seg_passages = SegmentPassages(self.segment, d)
+        self.passage_tokens = ChainedArray(base.passage_tokens, cols["live_passage_tokens"])
+        seg_passages = SegmentPassages(self.segment, d, cols["passage_starts"], cols["live_passage_doc"])
         self.passages = Chained(base.passages, seg_passages)  # the base's lists are shared, not copied
-        self.docs = Chained(base.docs, seg_docs)
+        self.docs = Chained(base.docs, SegmentRecords(self.segment))
         self.deleted_docs = np.union1d(base.deleted_docs, tombstones).astype(np.int64)
         # the base's field index is built once a base, the segment's runs once a run (core.segment_log)
         self._fields = JoinedFieldIndex(base.fields, *(c.part for c in segment_chunks(
             base, "fields", lambda docs, _: FieldIndex.build([doc.record for doc in docs])).of(self.segment)))
         self.passage_doc = ChainedArray(base.passage_doc, seg_passages.doc)  # (the base's made once a base)
-        n_seg = int(seg_ntokens.sum())
-        kept = np.flatnonzero(np.concatenate([doc.kept for doc in segment])) if segment else np.zeros(0, np.int64)
+        n_seg = int(seg.passage_tokens[-1])
         keep_codes = base.codes is not None
-        self.faiss = SegmentedFaiss(base.faiss, template, self.segment, keep_codes, (kept + n).astype(np.int64))
+        self.faiss = SegmentedFaiss(base.faiss, template, self.segment, keep_codes, cols["kept_ids"])
         self.default_nprobe = base.default_nprobe
         self.vectors = base.vectors
         self.codes = base.codes
@@ -371,18 +341,26 @@ class LiveIndex(PhraseIndex):
 
     @property
     def seg_vectors(self) -> np.ndarray:
-        """(S, d) float16: the segment's token vectors, its documents' joined at the snapshot's first read of them
-        (its first search), not by the write: writes that no search reads between them join none."""
-        return self._joined("vectors", lambda: (np.concatenate([doc.vectors for doc in self.segment]) if self.segment
-                                                else np.zeros((0, self.base.faiss.d), np.float16)))
+        """(S, d) float16: the segment's token vectors, a view of rows its base's snapshots share, each document's
+        copied in once (``core.segment_log.AppendedRows``), at the first snapshot that reads them (a search): a
+        snapshot joined every segment document's at its first read."""
+        base = self.base
+        return self._joined("vectors", lambda: _appended(base, "vectors", lambda doc: doc.vectors,
+                                                         np.zeros((0, base.faiss.d), np.float16), self.segment))
 
     @property
     def seg_codes(self) -> np.ndarray | None:
         """(S, code_size) uint8 where the base's fine store reads codes (its documents' ``WrittenParts``, made by the
-        writes), joined as ``seg_vectors`` are, at the first read; None otherwise."""
-        keeps = self.base.codes is not None and len(self.token_passage) > self.n_base_tokens
-        return self._joined("codes", lambda: np.concatenate([written_parts(doc, self.base.faiss, True).codes  # type: ignore[misc]
-                                                             for doc in self.segment]) if keeps else None)
+        writes), held as ``seg_vectors`` are; None otherwise."""
+        base = self.base
+        if base.codes is None or len(self.token_passage) == self.n_base_tokens:
+            return None
+        def codes(doc: EncodedDocument) -> np.ndarray:
+            made = written_parts(doc, base.faiss, True).codes  # (made with the codes kept)
+            assert made is not None
+            return made
+
+        return self._joined("codes", lambda: _appended(base, "codes", codes, np.zeros((0, 0), np.uint8), self.segment))
 
     def segment_scan_vectors(self) -> np.ndarray:
         """(S, d) float32: the segment's token vectors widened, as the flat scan multiplies them by a batch's
@@ -451,6 +429,14 @@ class LiveIndex(PhraseIndex):
         translated = faiss.IDSelectorTranslated(rows, selector.sel)
         return SegmentParams(base, faiss_search_parameters(self.faiss.segment, probes, translated),
                              (translated, selector, rows))
+
+
+def _appended(base: PhraseIndex, name: str, rows: Callable[[EncodedDocument], np.ndarray], empty: np.ndarray,
+              segment: Sequence[EncodedDocument]) -> np.ndarray:
+    """``rows`` of ``segment``'s documents, in order, as ``segment_columns`` holds its columns."""
+    if not segment:
+        return empty
+    return appended_rows(base, name, lambda doc, *_: {name: rows(doc)}).of(segment)[name]
 
 
 def searcher_over(searcher: Searcher, index: PhraseIndex) -> Searcher:

@@ -1,6 +1,6 @@
-"""What a live segment's documents add to a snapshot, built over runs of them and shared by one base's snapshots.
+"""What a live segment's documents add to a snapshot, made once a document and shared by one base's snapshots.
 
-    spanseek serve --index INDEX_DIR --writes     # (core.segment.LiveIndex reads its field index and BM25 postings)
+    spanseek serve --index INDEX_DIR --writes     # (core.segment.LiveIndex reads its segment's parts from here)
 
 A snapshot's field index and BM25 postings of its segment were built over every segment document at each write: a
 write cost in proportion to the segment (about 40 ms at 5,000 written documents). ``SegmentChunks`` (one a base and
@@ -11,13 +11,30 @@ over its life in the segment, and a snapshot reads at most log2(segment) + 1 par
 held documents followed by new ones builds the new ones' parts only; one whose segment lost a document (replaced or
 deleted) keeps the parts before it and builds the rest again. The parts never change once built, so the snapshots
 reading them need no lock. A merge starts a new base, and the parts go with the old one.
+
+``AppendedRows`` (one a base and kind of row) holds the rows each written document adds to its snapshots' arrays
+(``segment_columns``: the segment's token map, its passages' documents and token runs, its kept tokens' ids; its
+float16 vectors and fine-store codes, at the first read), in write order, in buffers that grow by doubling: a snapshot
+reads a view of their first rows, so a write makes its own document's rows only (each write joined every segment
+document's). A snapshot whose segment lost a document copies the buffers and makes the rows from it on again; an
+older snapshot made after a newer one reads the first rows of the newer one's buffers.
 """
 
 from __future__ import annotations
 
+import operator
 import threading
+from abc import abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, NamedTuple, TypeVar
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, overload
+
+import numpy as np
+
+from spanseek.core.phrase_index import passage_record
+
+if TYPE_CHECKING:
+    from spanseek.core.phrase_index import PhraseIndex
 
 T = TypeVar("T")
 
@@ -42,9 +59,7 @@ class SegmentChunks(Generic[T]):
     def of(self, segment: Sequence[Any]) -> tuple[Chunk[T], ...]:
         """The chunks covering ``segment``'s documents, in order (the first from 0, each from the last's stop)."""
         with self._lock:
-            same = 0
-            while same < min(len(self.docs), len(segment)) and self.docs[same] is segment[same]:
-                same += 1
+            same = held_prefix(self.docs, segment)
             kept = [c for c in self.chunks if c.stop <= same]
             covered = kept[-1].stop if kept else 0
             if same < len(self.docs) and same == len(segment):  # an older snapshot's (its segment is held)
@@ -61,14 +76,159 @@ class SegmentChunks(Generic[T]):
             return tuple(self.chunks)
 
 
+class AppendedRows:
+    """Columns of rows each document written over one base adds (``rows(doc, docs, passages, tokens)``: its rows of
+    each column, given the documents, passages and tokens before it in the segment), in write order, in buffers
+    shared by the base's snapshots: a snapshot reads a view of their first rows (module docstring). A buffer grows
+    by doubling (the old one stays with the snapshots reading it); rows never change once written."""
+
+    def __init__(self, rows: Callable[[Any, int, int, int], dict[str, np.ndarray]]):
+        self.rows = rows
+        self.docs: list[Any] = []  # the documents whose rows the buffers hold, in segment order
+        self.ends: list[tuple[int, int, dict[str, int]]] = [(0, 0, {})]  # after each: passages, tokens, rows used
+        self.buffers: dict[str, np.ndarray] = {}
+        self._lock = threading.Lock()
+
+    def of(self, segment: Sequence[Any]) -> dict[str, np.ndarray]:
+        """Each column's rows of ``segment``'s documents, in order (views of the buffers)."""
+        with self._lock:
+            same = held_prefix(self.docs, segment)
+            if same < len(self.docs) and same < len(segment):  # a document left: new buffers from it on
+                del self.docs[same:], self.ends[same + 1:]
+                used = self.ends[same][2]
+                self.buffers = {name: buf[:used.get(name, 0)].copy() for name, buf in self.buffers.items()}
+            for doc in segment[len(self.docs):]:
+                passages, tokens, used = self.ends[-1]
+                made = self.rows(doc, len(self.docs), passages, tokens)
+                for name, rows in made.items():
+                    self._put(name, used.get(name, 0), rows)
+                self.docs.append(doc)
+                self.ends.append((passages + len(doc.ntokens), tokens + int(doc.ntokens.sum()),
+                                  {name: used.get(name, 0) + len(rows) for name, rows in made.items()}))
+            used = self.ends[len(segment)][2]
+            return {name: buf[:used.get(name, 0)] for name, buf in self.buffers.items()}
+
+    def _put(self, name: str, at: int, rows: np.ndarray) -> None:
+        buf = self.buffers.get(name)
+        if buf is None or at + len(rows) > len(buf):
+            grown = np.empty((max(2 * at, at + len(rows), 64), *rows.shape[1:]), rows.dtype)
+            if buf is not None:
+                grown[:at] = buf[:at]
+            buf = self.buffers[name] = grown
+        buf[at:at + len(rows)] = rows
+
+
+def held_prefix(held: Sequence[Any], segment: Sequence[Any]) -> int:
+    """How many of ``segment``'s first documents are ``held``'s (the same objects, in the same places)."""
+    same = list(map(operator.is_, held, segment))
+    return same.index(False) if False in same else len(same)
+
+
+class _Records(Sequence[dict[str, Any]]):
+    """Records made when read (``record(i)``, ``i`` in range): by an index (negative counting from the end) or a
+    slice."""
+
+    @abstractmethod
+    def record(self, i: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(i, slice):
+            return [self.record(j) for j in range(*i.indices(len(self)))]
+        i = operator.index(i) + (len(self) if operator.index(i) < 0 else 0)
+        if not 0 <= i < len(self):
+            raise IndexError(f"index {i} out of range for {len(self)} records")
+        return self.record(i)
+
+
+class SegmentPassages(_Records):
+    """The segment's passage records (``passages.jsonl``'s lines, their documents numbered from ``first_doc``), each
+    made when read: a write's snapshot makes none (it made a record of every segment passage). ``starts``: where each
+    document's passages start (its end appended); ``doc``: (S,) each passage's document (``segment_columns``)."""
+
+    def __init__(self, segment: Sequence[Any], first_doc: int, starts: np.ndarray, doc: np.ndarray):
+        self.segment, self.first_doc, self.starts, self.doc = segment, first_doc, starts, doc
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def record(self, i: int) -> dict[str, Any]:
+        k = int(self.doc[i]) - self.first_doc
+        q = self.segment[k].passages[i - int(self.starts[k])]
+        return passage_record(self.first_doc + k, q["para"], q["text"], q.get("meta"))
+
+
+class SegmentRecords(_Records):
+    """The segment's document records (``docs.jsonl``'s lines), each read from its document: a write's snapshot
+    lists none (it listed every segment document's)."""
+
+    def __init__(self, segment: Sequence[Any]):
+        self.segment = segment
+
+    def __len__(self) -> int:
+        return len(self.segment)
+
+    def record(self, i: int) -> dict[str, Any]:
+        return self.segment[i].record
+
+
+def _token_rows(base: PhraseIndex) -> Callable[[Any, int, int, int], dict[str, np.ndarray]]:
+    """What a written document adds to its snapshots' token map, passages and kept tokens over ``base``, given the
+    segment's documents, passages and tokens before it: the segment's own (numbered from 0: ``token_passage``,
+    ``token_offsets``, ``token_flags``, ``passage_tokens``, ``passage_starts``; the last two with the 0 they start
+    from, given by the first document) and the snapshot's (numbered after the base's: ``live_*``, ``kept_ids``)."""
+    n, p, d = len(base.token_passage), len(base.passages), len(base.docs)
+
+    def rows(doc: Any, docs: int, passages: int, tokens: int) -> dict[str, np.ndarray]:
+        k, start = len(doc.ntokens), np.zeros(0 if docs else 1, np.int64)
+        token_passage = np.repeat(np.arange(passages, passages + k, dtype=np.int32), doc.ntokens)
+        ends = tokens + np.cumsum(doc.ntokens, dtype=np.int64)
+        return {"token_passage": token_passage, "token_offsets": np.asarray(doc.offsets, np.int32),
+                "token_flags": np.asarray(doc.flags, np.uint8), "passage_tokens": np.r_[start, ends],
+                "passage_starts": np.r_[start, [passages + k]], "live_passage_doc": np.full(k, d + docs, np.int64),
+                "live_token_passage": (token_passage + p).astype(base.token_passage.dtype),
+                "live_passage_tokens": n + ends, "kept_ids": n + tokens + np.flatnonzero(doc.kept).astype(np.int64)}
+    return rows
+
+
+_NO_DOCUMENT = SimpleNamespace(ntokens=np.zeros(0, np.int64), offsets=np.zeros((0, 2), np.int32),
+                               flags=np.zeros(0, np.uint8), kept=np.zeros(0, bool))  # (what a write's rows read)
+
+
+def segment_columns(base: PhraseIndex, segment: Sequence[Any]) -> dict[str, np.ndarray]:
+    """``_token_rows``' columns of ``segment``'s documents over ``base``: views of rows the base's snapshots share,
+    each document's made once (``core.segment_log.AppendedRows``; a write joined the segment's token maps again)."""
+    rows = _token_rows(base)
+    if segment:
+        return appended_rows(base, "tokens", rows).of(segment)
+    # no rows, and the 0 the runs start from
+    return {name: col[:1] if name in ("passage_tokens", "passage_starts") else col
+            for name, col in rows(_NO_DOCUMENT, 0, 0, 0).items()}
+
+
 _MAKING = threading.Lock()
 
 
 def segment_chunks(owner: Any, name: str, build: Callable[[Sequence[Any], int], T]) -> SegmentChunks[T]:
     """The ``SegmentChunks`` ``name`` of the documents written over ``owner`` (a base, or what is made once a base),
     made at the first call and kept on it."""
+    return _kept(owner, name, lambda: SegmentChunks(build))
+
+
+def appended_rows(owner: Any, name: str, rows: Callable[[Any, int, int, int], dict[str, np.ndarray]]) -> AppendedRows:
+    """The ``AppendedRows`` ``name`` of the documents written over ``owner`` (a base), made at the first call and kept
+    on it."""
+    return _kept(owner, name, lambda: AppendedRows(rows))
+
+
+def _kept(owner: Any, name: str, make: Callable[[], Any]) -> Any:
     with _MAKING:
-        held = owner.__dict__.setdefault("_segment_chunks", {})
+        held = owner.__dict__.setdefault("_segment_log", {})
         if name not in held:
-            held[name] = SegmentChunks(build)
+            held[name] = make()
         return held[name]

@@ -166,11 +166,11 @@ def test_a_write_s_searcher_sorts_the_segment_s_passages_not_every_passage():
 def test_a_write_s_snapshot_makes_no_record_of_its_segment_s_passages_until_read(monkeypatch):
     """A snapshot's segment passages are made into records when read, not by the write (each write made a record of
     every segment passage: 5 ms a write at 500 documents written, growing with them)."""
-    import spanseek.core.segment as segment_module
+    import spanseek.core.segment_log as segment_log
 
     made: list[tuple] = []
-    record = segment_module.passage_record
-    monkeypatch.setattr(segment_module, "passage_record", lambda *a: made.append(a) or record(*a))
+    record = segment_log.passage_record
+    monkeypatch.setattr(segment_log, "passage_record", lambda *a: made.append(a) or record(*a))
     rng = random.Random(0)
     base = memory_base([{"id": f"d{d}", "title": "t"} for d in range(30)], rng)
     segment = [encoded({"id": f"n{i}", "title": "n"}, rng) for i in range(50)]
@@ -651,12 +651,17 @@ def test_every_snapshot_of_a_series_of_writes_filters_and_scores_as_one_built_ov
 
     def written(record: dict) -> EncodedDocument:
         doc = encoded(record, rng)
+        n = doc.tokens
         return dataclasses.replace(doc, terms=tuple([rng.choice(words) for _ in range(rng.randint(1, 5))]
-                                                    for _ in doc.passages))
+                                                    for _ in doc.passages),
+                                   vectors=np.random.default_rng(rng.randrange(99)).standard_normal((n, DIM)).astype(
+                                       np.float16), offsets=np.arange(2 * n, dtype=np.int32).reshape(n, 2),
+                                   flags=np.arange(n, dtype=np.uint8), kept=np.arange(n) % 2 == 0)
 
     def check(segment: list[EncodedDocument], dead: set[int]) -> None:
         live = LiveIndex(base, segment, np.asarray(sorted(dead), np.int64), template, terms)
         deleted = filters_as_built_over(live, base.docs + [doc.record for doc in segment], rng, 4)
+        token_map_as_copied(live, base, segment)
         seg_terms = [t for doc in segment for t in doc.terms]
         passage_live = np.r_[~deleted[[p["doc"] for p in base.passages]], np.ones(len(seg_terms), bool)]
         np.testing.assert_array_equal(live.lexical.scores(["?"] * len(questions), questions),
@@ -680,12 +685,34 @@ def test_every_snapshot_of_a_series_of_writes_filters_and_scores_as_one_built_ov
             check(*older[rng.randrange(len(older))])
 
 
-def test_a_write_builds_the_field_index_and_postings_of_about_its_own_document(monkeypatch):
-    """Over 300 writes, the segment's field index parts are built over about log2(segment) documents a write (each
-    write built one over every segment document: 45,150 in all), and a snapshot reads at most log2(segment) + 1 of
-    them."""
+def token_map_as_copied(live: LiveIndex, base: PhraseIndex, segment: list[EncodedDocument]) -> None:
+    """``live``'s token map, passages, documents, kept tokens and segment vectors against the base's and the
+    segment documents' copied together."""
+    n, ntokens = len(base.token_passage), np.concatenate([np.zeros(0, np.int64), *[d.ntokens for d in segment]])
+    joined = {"offsets": np.zeros((0, 2), np.int32), "flags": np.zeros(0, np.uint8), "kept": np.zeros(0, bool),
+              "vectors": np.zeros((0, DIM), np.float16)}
+    joined = {k: np.concatenate([v, *[getattr(d, k) for d in segment]]) for k, v in joined.items()}
+    assert np.array_equal(np.asarray(live.token_passage), np.r_[base.token_passage, len(base.passages) + np.repeat(
+        np.arange(len(ntokens)), ntokens)])
+    assert np.array_equal(np.asarray(live.passage_tokens), np.r_[base.passage_tokens, n + np.cumsum(ntokens)])
+    assert np.array_equal(np.asarray(live.token_offsets), np.r_[base.token_offsets, joined["offsets"]])
+    assert np.array_equal(np.asarray(live.token_flags), np.r_[base.token_flags, joined["flags"]])
+    assert np.array_equal(live.faiss.segment_ids, n + np.flatnonzero(joined["kept"]))
+    assert np.array_equal(live.seg_vectors, joined["vectors"])
+    assert np.array_equal(np.asarray(live.passage_doc), [p["doc"] for p in live.passages])
+    assert list(live.docs) == base.docs + [d.record for d in segment]
+    assert list(live.passages) == base.passages + [passage_record(len(base.docs) + k, q["para"], q["text"])
+                                                   for k, d in enumerate(segment) for q in d.passages]
+
+
+def test_a_write_builds_the_field_index_postings_and_token_map_of_about_its_own_document(monkeypatch):
+    """Over 300 writes, the segment's field index parts and BM25 postings are built over about log2(segment)
+    documents a write (each write built them over every segment document: 45,150 in all), a snapshot reads at most
+    log2(segment) + 1 of them, and each written document's token map rows are made once (each write joined every
+    segment document's)."""
     import scipy.sparse as sp
 
+    import spanseek.core.segment_log as segment_log
     from spanseek.core.live_lexical import BaseTerms, SegmentPostings
 
     rng = random.Random(0)
@@ -698,12 +725,17 @@ def test_a_write_builds_the_field_index_and_postings_of_about_its_own_document(m
     real, real_postings = FieldIndex.build, SegmentPostings.of
     monkeypatch.setattr(FieldIndex, "build", classmethod(lambda cls, docs: built.append(len(docs)) or real(docs)))
     monkeypatch.setattr(SegmentPostings, "of", classmethod(lambda cls, c: posted.append(len(c)) or real_postings(c)))
+    made, token_rows = [], segment_log._token_rows
+    monkeypatch.setattr(segment_log, "_token_rows", lambda base: lambda doc, *at: made.append(doc) or token_rows(
+        base)(doc, *at))
     template, segment = empty_like(base.faiss), []
     for i in range(300):
         segment.append(encoded({"id": f"n{i}", "title": "n", "meta": {"i": i}}, rng))
         live = LiveIndex(base, segment, np.zeros(0, np.int64), template, terms)
+        assert len(live.seg_vectors) == len(live.token_passage) - len(base.token_passage)
         assert len(live.fields.parts) <= 2 + np.log2(len(segment))
         assert len(live.lexical.segment) <= 1 + np.log2(len(segment))
     assert sum(built) <= 300 * (1 + np.log2(300))
     assert sum(posted) <= len(live.passages) * (1 + np.log2(300))  # (each write posted every segment passage)
+    assert len(made) == len(segment) and {id(doc) for doc in made} == {id(doc) for doc in segment}
     assert live.fields.documents_of(SearchFilter.from_json({"meta": {"i": 299}})).tolist() == [False] * 349 + [True]
