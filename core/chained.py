@@ -1,7 +1,8 @@
 """Two parts read as one without copying either: a live snapshot's base followed by its segment of written documents.
 
 ``Chained`` joins two sequences (a snapshot's documents, passages, ids), ``ChainedArray`` two arrays along their
-first axis (its token map: ``token_passage``, ``token_offsets``, ``token_flags``, ``passage_tokens``), so that a
+first axis (its token map: ``token_passage``, ``token_offsets``, ``token_flags``, ``passage_tokens``; its layout's
+per-document counts), so that a
 write costs in proportion to its segment, and a memory-mapped base array stays memory-mapped. A read that touches
 some rows reads them where they lie (an index, a slice, a gather of token ids split between the parts); only a read
 of every row (``np.asarray``) joins the parts, and costs what reading them all costs anyway.
@@ -61,7 +62,8 @@ class ChainedArray:
     """The rows of array ``first`` followed by those of ``then`` (same dtype and trailing shape), read as one
     read-only array without copying either: an integer reads one row, a slice reads a view of the part it lies in
     (a copy of its rows where it crosses the join), integer arrays gather from both parts (any shape; negative
-    numbers count from the end), and a tuple's further keys index the rows read. ``np.asarray`` joins the parts."""
+    numbers count from the end), a boolean mask of the rows keeps those it marks, and a tuple's further keys index
+    the rows read. ``np.asarray`` joins the parts."""
 
     def __init__(self, first: np.ndarray, then: np.ndarray):
         then = np.asarray(then, dtype=first.dtype)
@@ -103,9 +105,16 @@ class ChainedArray:
         """The largest value of both parts (as ``np.ndarray.max`` of the rows joined)."""
         return max(part.max() for part in (self.first, self.then) if len(part))
 
+    def sum(self) -> Any:
+        """The sum of both parts' values (as ``np.ndarray.sum`` of the rows joined, where their sums are exact)."""
+        return self.first.sum() + self.then.sum()
+
     def _gather(self, ids: np.ndarray) -> np.ndarray:
+        if ids.dtype == bool and ids.shape == (len(self),):  # a mask of rows: each part's rows it keeps, in order
+            return np.concatenate([self.first[ids[:self.split]], self.then[ids[self.split:]]])
         if ids.dtype == bool or not np.issubdtype(ids.dtype, np.integer):
-            raise IndexError(f"a chained array is read by integers, slices or integer arrays, not {ids.dtype} arrays")
+            raise IndexError(f"a chained array is read by integers, slices, integer arrays or a boolean mask of its "
+                             f"rows, not {ids.dtype} arrays of shape {ids.shape}")
         ids = np.where(ids < 0, ids + len(self), ids)
         if len(ids) and (ids.min() < 0 or ids.max() >= len(self)):
             raise IndexError(f"index out of range for {len(self)} rows")

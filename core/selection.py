@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from spanseek.core.chained import passage_numbers, take
+from spanseek.core.chained import ChainedArray, passage_numbers, take
 from spanseek.core.faiss_spec import ivf_of
 from spanseek.core.params import UNITS, SearchFilter, Unit
 from spanseek.core.phrase_index import PhraseIndex
@@ -188,8 +188,9 @@ class Layout:
             units, tokens = per_document({u: of[seg] for u, of in unit_of_passage.items()},
                                          np.diff(segment.passage_tokens), len(index.docs) - len(base.docs),
                                          len(base.docs))
-            self.units_per_doc = {u: np.concatenate([first[0][u], units[u]]) for u in units}
-            self.tokens_per_doc = np.concatenate([first[1], tokens])
+            # read where each lies (a copy of the base's counts was an array over every document a write)
+            self.units_per_doc = {u: ChainedArray(first[0][u], units[u]) for u in units}
+            self.tokens_per_doc = ChainedArray(first[1], tokens)
 
     @staticmethod
     def _counts(index: PhraseIndex, unit_of_passage: dict[str, np.ndarray]

@@ -52,6 +52,10 @@ def test_a_chained_array_reads_as_the_two_arrays_joined(n_first, n_then):
     assert chained[np.zeros(0, np.int64)].shape == (0, 2)
     with pytest.raises(IndexError):
         chained[np.asarray([n])]
+    mask = rng.random(n) < 0.5
+    assert np.array_equal(chained[mask], whole[mask]) and chained.sum() == whole.sum()
+    with pytest.raises(IndexError):
+        chained[np.ones(n + 1, bool)]
 
 
 def offsets(n: int, rng: np.random.Generator) -> np.ndarray:
@@ -175,6 +179,34 @@ def test_a_snapshot_s_layout_sorts_the_segment_s_passages_not_the_base_s(monkeyp
         layout = Layout(live, {u: f(live) for u, f in units_of.items()})
         assert len(layout.tokens_per_doc) == len(live.docs) == len(base.docs) + write
     assert sorted_sizes and max(sorted_sizes) <= sum(len(doc.passages) for doc in segment)
+
+
+def test_a_snapshot_s_layout_reads_its_base_s_per_document_counts_where_they_lie():
+    """A write's layout allocates a fraction of the base's per-document counts (it copied them: an array over every
+    document, each unit's and the tokens'), and counts a selection's units and tokens as the joined counts do."""
+    import tracemalloc
+
+    from spanseek.core.selection import per_document
+
+    rng = np.random.default_rng(0)
+    base = random_base(200_000, rng)
+    units_of = {u: f for u, f in UNIT_OF_PASSAGE.items() if f is not None}
+    Layout(base, {u: f(base) for u, f in units_of.items()})  # the base's searcher's
+    live = LiveIndex(base, [written(k, rng) for k in range(5)], np.zeros(0, np.int64), empty_like(base.faiss), None)
+    unit_of_passage = {u: f(live) for u, f in units_of.items()}
+    tracemalloc.start()
+    try:
+        layout = Layout(live, unit_of_passage)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 0.25 * 8 * len(base.docs)
+    units, tokens = per_document({u: np.asarray(of) for u, of in unit_of_passage.items()},
+                                 np.diff(np.asarray(live.passage_tokens)), len(live.docs))
+    for docs in (None, rng.random(len(live.docs)) < 0.3):
+        assert layout.unit_count(docs) == {u: int(c.sum() if docs is None else c[docs].sum()) for u, c in units.items()}
+    docs = rng.random(len(live.docs)) < 0.3
+    assert layout.tokens_per_doc[docs].sum() == tokens[docs].sum()
 
 
 def test_a_snapshot_computes_its_segment_s_part_once_however_many_rounds_read_it():
