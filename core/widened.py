@@ -8,7 +8,9 @@ segment for every batch cost in proportion to the segment (3-11 ms a batch at 5,
 a per-snapshot float32 copy would be made again at every write. ``WidenedRows`` (one a base) keeps the float32 rows of
 the documents written over the base in one buffer, in write order: a snapshot whose segment is the buffer's documents
 followed by new ones widens the new ones only, into the buffer's free rows; its rows are a view of the buffer (rows
-never change once written, so the snapshots reading them need no lock). A snapshot that no longer holds one of the
+never change once written, so the snapshots reading them need no lock); an older snapshot first scanned after a newer
+one reads the first rows (a search still in flight on it restarted the buffer, copying every row held, and the next
+write's scan restarted it again: 100 ms a write at 5,000 documents of 12 tokens of 384 dimensions). A snapshot that no longer holds one of the
 buffer's documents (a segment document replaced or deleted) copies the float32 rows of those it still holds into a new
 buffer, widening only those not there. The product is the one the whole segment widened gave, bit for bit: the same
 float32 values, in one contiguous (S, d) matrix.
@@ -28,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from spanseek.core.fine_store import as_float32
+from spanseek.core.segment_log import held_prefix
 
 WIDENED_BYTES = 512 << 20  # the most one base's widened segment rows take (float32, room to grow included)
 
@@ -51,8 +54,10 @@ class WidenedRows:
             if total > self.max_rows:  # widened by the caller: the rows held are let go, and the documents they
                 self._start_over((), 0)  # hold (replaced or deleted ones among them); snapshots reading them keep theirs
                 return None
-            held = len(self.docs)
-            if not (held <= len(segment) and all(a is b for a, b in zip(self.docs, segment, strict=False))):
+            held = held_prefix(self.docs, segment)
+            if held == len(segment):  # the buffer's documents, or the first of them (an older snapshot's): its rows
+                return self.buffer[:total]
+            if held < len(self.docs):
                 self._start_over(segment, total)  # one of its documents left the segment
                 held = len(self.docs)
             self._append(segment[held:], total)

@@ -739,3 +739,24 @@ def test_a_write_builds_the_field_index_postings_and_token_map_of_about_its_own_
     assert sum(posted) <= len(live.passages) * (1 + np.log2(300))  # (each write posted every segment passage)
     assert len(made) == len(segment) and {id(doc) for doc in made} == {id(doc) for doc in segment}
     assert live.fields.documents_of(SearchFilter.from_json({"meta": {"i": 299}})).tolist() == [False] * 349 + [True]
+
+
+def test_an_older_snapshot_scanned_after_a_newer_one_reads_the_first_of_its_widened_rows():
+    """Each write's snapshot scanned, then the one before it (a search still in flight on it): the older one's
+    float32 rows are the first rows of the newer one's buffer, bit for bit, and the buffer stays (it was started over,
+    copying every row held, at each such scan, and again at the next write's)."""
+    from spanseek.core.widened import widened_rows
+
+    rng = random.Random(0)
+    base = memory_base([{"id": f"d{d}", "title": "t"} for d in range(10)], rng)
+    template, segment = empty_like(base.faiss), []
+    for i in range(12):
+        doc = encoded({"id": f"n{i}", "title": "n"}, rng)
+        older = LiveIndex(base, list(segment), np.zeros(0, np.int64), template, None)
+        segment.append(dataclasses.replace(doc, vectors=np.random.default_rng(i).standard_normal(
+            doc.vectors.shape).astype(np.float16)))
+        LiveIndex(base, list(segment), np.zeros(0, np.int64), template, None).segment_scan_vectors()
+        buffer = widened_rows(base).buffer
+        got = older.segment_scan_vectors()
+        assert widened_rows(base).buffer is buffer and (not len(got) or np.shares_memory(got, buffer))
+        assert np.array_equal(got, older.seg_vectors.astype(np.float32))
