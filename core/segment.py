@@ -252,6 +252,13 @@ def term_columns(doc: EncodedDocument, base_terms: BaseTerms) -> list[np.ndarray
     return made[1]
 
 
+def live_fields(base: PhraseIndex, segment: Sequence[EncodedDocument]) -> JoinedFieldIndex:
+    """The field index of ``base``'s documents followed by ``segment``'s: the base's built once a base, the segment's
+    runs of documents once a run (``core.segment_log``), shared by the base's snapshots."""
+    return JoinedFieldIndex(base.fields, *(c.part for c in segment_chunks(
+        base, "fields", lambda docs, _: FieldIndex.build([doc.record for doc in docs])).of(segment)))
+
+
 def live_lexical(base: PhraseIndex, base_terms: BaseTerms, segment: Sequence[EncodedDocument],
                  deleted_docs: np.ndarray) -> LiveLexical:
     """The BM25 part of a snapshot of ``base`` holding ``segment`` with ``deleted_docs`` dead: the segment's postings
@@ -319,9 +326,7 @@ class LiveIndex(PhraseIndex):
         self.passages = Chained(base.passages, seg_passages)  # the base's lists are shared, not copied
         self.docs = Chained(base.docs, SegmentRecords(self.segment))
         self.deleted_docs = np.union1d(base.deleted_docs, tombstones).astype(np.int64)
-        # the base's field index is built once a base, the segment's runs once a run (core.segment_log)
-        self._fields = JoinedFieldIndex(base.fields, *(c.part for c in segment_chunks(
-            base, "fields", lambda docs, _: FieldIndex.build([doc.record for doc in docs])).of(self.segment)))
+        self._fields = live_fields(base, self.segment)
         self.passage_doc = ChainedArray(base.passage_doc, seg_passages.doc)  # (the base's made once a base)
         n_seg = int(seg.passage_tokens[-1])
         keep_codes = base.codes is not None

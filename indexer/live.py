@@ -73,7 +73,7 @@ from spanseek.core.live_lexical import BaseTerms
 from spanseek.core.model import load_tokenizer
 from spanseek.core.params import SearchFilter
 from spanseek.core.phrase_index import MANIFEST, PhraseIndex, doc_record
-from spanseek.core.segment import EncodedDocument, LiveIndex, empty_like, passage_terms
+from spanseek.core.segment import EncodedDocument, LiveIndex, empty_like, live_fields, passage_terms
 from spanseek.core.stopping import Stopped, checkpoint, stop_when
 from spanseek.core.text import PassageTokens, tokenize_passage_steps, tokenize_passages
 from spanseek.indexer.build import BuildOptions
@@ -682,11 +682,12 @@ class LiveStore:
             raise FilterError("the filter is empty or constrains nothing (no part, an empty meta or title_prefix, a "
                               "nested filter that passes everything): it passes every document, so it would delete "
                               "them all; give it a condition (deleting a whole index is removing its directory)")
-        with self._lock:
-            snap = self.snapshot
-            allowed = snap.fields.documents_of(flt)
-            allowed[snap.deleted_docs] = False
-            ids = [snap.docs[i]["id"] for i in np.flatnonzero(allowed)]
+        with self._lock:  # what the documents hold now (the last snapshot lags the writes where none could be made)
+            fields = live_fields(self.base, list(self.segment.docs.values()))
+            allowed = fields.documents_of(flt)
+            allowed[self.base.deleted_docs] = False
+            allowed[sorted(self.segment.tombstones)] = False
+            ids = [fields.ids[i] for i in np.flatnonzero(allowed)]
             if dry_run:
                 return ids, self.wal.size
             return (self._write({"op": "delete", "ids": ids}, []) if ids else []), self.wal.size

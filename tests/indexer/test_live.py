@@ -1032,3 +1032,30 @@ def snapshots_search_alike(mapped, plain, encoder) -> None:
         for unit, f in [(u, None) for u in UNITS] + ([("doc", flt)] if at == len(pairs) - 1 else []):
             assert (hits_of(searcher_over(mapped, snap), unit, "dense", f)
                     == hits_of(searcher_over(plain, same), unit, "dense", f)), (at, unit, f)
+
+
+def test_delete_by_filter_reads_the_writes_whose_snapshot_could_not_be_published(tmp_path, tiny_index, tiny_searcher,
+                                                                                 encoder, monkeypatch):
+    """Writes logged while no snapshot could be published (memory): a delete by filter deletes what the documents
+    hold now, not what the last published snapshot held (it deleted a new version that no longer matched, and left a
+    new document that matched)."""
+    import spanseek.indexer.live as live_module
+
+    store = open_store(tmp_path / "live", tiny_index, encoder, tiny_searcher, [])
+    base = make_corpus(seed=3, n_docs=2, n_paras=1)
+    upsert(store, encoder, [{**base[0], "id": "m0", "meta": {"year": 2005}}])
+    made = live_module.LiveIndex
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError("cannot allocate 64 MB")
+
+    monkeypatch.setattr(live_module, "LiveIndex", no_memory)
+    upsert(store, encoder, [{**base[0], "id": "m0", "meta": {"year": 1995}},
+                            {**base[1], "id": "m1", "meta": {"year": 2008}}])
+    assert store.publish_problem is not None
+    deleted, _ = store.delete_where(SearchFilter.from_json({"must": [{"key": "year", "range": {"gte": 2000}}]}))
+    assert deleted == ["m1"]
+    assert store.get("m0") is not None and store.get("m1") is None
+    monkeypatch.setattr(live_module, "LiveIndex", made)
+    assert store.delete_where(SearchFilter.from_json({"must": [{"key": "year", "range": {"gte": 1990}}]}), True)[0] == [
+        "m0"]
