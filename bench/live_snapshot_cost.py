@@ -9,7 +9,8 @@ replaced. Then, --writes times, one more document is written and its snapshot (`
 timed, with the parts that used to grow with the base or the segment timed alone (best of the writes):
 
 - ``snapshot_s``: the whole snapshot (what a write waits for);
-- ``lexical_s``: its BM25 part (``LiveLexical``);
+- ``lexical_s``: its BM25 part made again (``LiveLexical``: the segment's postings are the runs the snapshot
+  built or found built, ``core.segment_log``);
 - ``segment_scan_s``: the float32 segment vectors the first flat scan after the write multiplies by the questions
   (``LiveIndex.segment_scan_vectors``);
 - ``searcher_s``: the snapshot's ``Searcher`` (its stages), which the service makes for each snapshot;
