@@ -256,7 +256,7 @@ def live_fields(base: PhraseIndex, segment: Sequence[EncodedDocument]) -> Joined
     """The field index of ``base``'s documents followed by ``segment``'s: the base's built once a base, the segment's
     runs of documents once a run (``core.segment_log``), shared by the base's snapshots."""
     return JoinedFieldIndex(base.fields, *(c.part for c in segment_chunks(
-        base, "fields", lambda docs, _: FieldIndex.build([doc.record for doc in docs])).of(segment)))
+        base, "fields", segment, lambda docs, _: FieldIndex.build([doc.record for doc in docs]))))
 
 
 def live_lexical(base: PhraseIndex, base_terms: BaseTerms, segment: Sequence[EncodedDocument],
@@ -264,8 +264,8 @@ def live_lexical(base: PhraseIndex, base_terms: BaseTerms, segment: Sequence[Enc
     """The BM25 part of a snapshot of ``base`` holding ``segment`` with ``deleted_docs`` dead: the segment's postings
     built over runs of its documents, each run once a base (``core.segment_log``), read by the later snapshots."""
     assert base.lexical is not None
-    postings = segment_chunks(base_terms, "postings", lambda docs, _: SegmentPostings.of(
-        [c for doc in docs for c in term_columns(doc, base_terms)])).of(segment)
+    postings = segment_chunks(base_terms, "postings", segment, lambda docs, _: SegmentPostings.of(
+        [c for doc in docs for c in term_columns(doc, base_terms)]))
     return LiveLexical(base.lexical, base_terms, [c.part for c in postings], passages_of(base, deleted_docs))
 
 
@@ -441,7 +441,7 @@ def _appended(base: PhraseIndex, name: str, rows: Callable[[EncodedDocument], np
     """``rows`` of ``segment``'s documents, in order, as ``segment_columns`` holds its columns."""
     if not segment:
         return empty
-    return appended_rows(base, name, lambda doc, *_: {name: rows(doc)}).of(segment)[name]
+    return appended_rows(base, name, segment, lambda doc, *_: {name: rows(doc)})[name]
 
 
 def searcher_over(searcher: Searcher, index: PhraseIndex) -> Searcher:

@@ -50,29 +50,30 @@ class Chunk(NamedTuple, Generic[T]):
 class SegmentChunks(Generic[T]):
     """Parts ``build(documents, start)`` over runs of the documents written over one base (module docstring)."""
 
-    def __init__(self, build: Callable[[Sequence[Any], int], T]):
-        self.build = build
+    def __init__(self) -> None:
         self.docs: list[Any] = []  # the documents the chunks cover, in segment order
         self.chunks: list[Chunk[T]] = []
         self._lock = threading.Lock()
 
-    def of(self, segment: Sequence[Any]) -> tuple[Chunk[T], ...]:
-        """The chunks covering ``segment``'s documents, in order (the first from 0, each from the last's stop)."""
+    def of(self, segment: Sequence[Any], build: Callable[[Sequence[Any], int], T]) -> tuple[Chunk[T], ...]:
+        """The chunks covering ``segment``'s documents, in order (the first from 0, each from the last's stop), those
+        not held built by ``build(documents, start)`` (given at each call, not kept: a function that refers to the
+        base would keep it alive in a cycle, freed only by the garbage collector, after a merge)."""
         with self._lock:
             same = held_prefix(self.docs, segment)
             kept = [c for c in self.chunks if c.stop <= same]
             covered = kept[-1].stop if kept else 0
             if same < len(self.docs) and same == len(segment):  # an older snapshot's (its segment is held)
-                return (*kept, *([Chunk(covered, same, self.build(segment[covered:same], covered))]
+                return (*kept, *([Chunk(covered, same, build(segment[covered:same], covered))]
                                  if covered < same else []))
             self.chunks, self.docs = kept, self.docs[:covered]
             for at in range(covered, len(segment)):
                 self.docs.append(segment[at])
-                self.chunks.append(Chunk(at, at + 1, self.build(segment[at:at + 1], at)))
+                self.chunks.append(Chunk(at, at + 1, build(segment[at:at + 1], at)))
                 while len(self.chunks) > 1 and (self.chunks[-2].stop - self.chunks[-2].start
                                                 == self.chunks[-1].stop - self.chunks[-1].start):
                     start, stop = self.chunks[-2].start, self.chunks[-1].stop
-                    self.chunks[-2:] = [Chunk(start, stop, self.build(self.docs[start:stop], start))]
+                    self.chunks[-2:] = [Chunk(start, stop, build(self.docs[start:stop], start))]
             return tuple(self.chunks)
 
 
@@ -82,15 +83,16 @@ class AppendedRows:
     shared by the base's snapshots: a snapshot reads a view of their first rows (module docstring). A buffer grows
     by doubling (the old one stays with the snapshots reading it); rows never change once written."""
 
-    def __init__(self, rows: Callable[[Any, int, int, int], dict[str, np.ndarray]]):
-        self.rows = rows
+    def __init__(self) -> None:
         self.docs: list[Any] = []  # the documents whose rows the buffers hold, in segment order
         self.ends: list[tuple[int, int, dict[str, int]]] = [(0, 0, {})]  # after each: passages, tokens, rows used
         self.buffers: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
 
-    def of(self, segment: Sequence[Any]) -> dict[str, np.ndarray]:
-        """Each column's rows of ``segment``'s documents, in order (views of the buffers)."""
+    def of(self, segment: Sequence[Any], rows: Callable[[Any, int, int, int], dict[str, np.ndarray]]
+           ) -> dict[str, np.ndarray]:
+        """Each column's rows of ``segment``'s documents, in order (views of the buffers), those of the documents
+        not held made by ``rows`` (given at each call, as ``SegmentChunks.of``'s ``build``)."""
         with self._lock:
             same = held_prefix(self.docs, segment)
             if same < len(self.docs) and same < len(segment):  # a document left: new buffers from it on
@@ -99,12 +101,12 @@ class AppendedRows:
                 self.buffers = {name: buf[:used.get(name, 0)].copy() for name, buf in self.buffers.items()}
             for doc in segment[len(self.docs):]:
                 passages, tokens, used = self.ends[-1]
-                made = self.rows(doc, len(self.docs), passages, tokens)
-                for name, rows in made.items():
-                    self._put(name, used.get(name, 0), rows)
+                made = rows(doc, len(self.docs), passages, tokens)
+                for name, new in made.items():
+                    self._put(name, used.get(name, 0), new)
                 self.docs.append(doc)
                 self.ends.append((passages + len(doc.ntokens), tokens + int(doc.ntokens.sum()),
-                                  {name: used.get(name, 0) + len(rows) for name, rows in made.items()}))
+                                  {name: used.get(name, 0) + len(new) for name, new in made.items()}))
             used = self.ends[len(segment)][2]
             return {name: buf[:used.get(name, 0)] for name, buf in self.buffers.items()}
 
@@ -205,7 +207,7 @@ def segment_columns(base: PhraseIndex, segment: Sequence[Any]) -> dict[str, np.n
     each document's made once (``core.segment_log.AppendedRows``; a write joined the segment's token maps again)."""
     rows = _token_rows(base)
     if segment:
-        return appended_rows(base, "tokens", rows).of(segment)
+        return appended_rows(base, "tokens", segment, rows)
     # no rows, and the 0 the runs start from
     return {name: col[:1] if name in ("passage_tokens", "passage_starts") else col
             for name, col in rows(_NO_DOCUMENT, 0, 0, 0).items()}
@@ -214,16 +216,18 @@ def segment_columns(base: PhraseIndex, segment: Sequence[Any]) -> dict[str, np.n
 _MAKING = threading.Lock()
 
 
-def segment_chunks(owner: Any, name: str, build: Callable[[Sequence[Any], int], T]) -> SegmentChunks[T]:
-    """The ``SegmentChunks`` ``name`` of the documents written over ``owner`` (a base, or what is made once a base),
-    made at the first call and kept on it."""
-    return _kept(owner, name, lambda: SegmentChunks(build))
+def segment_chunks(owner: Any, name: str, segment: Sequence[Any], build: Callable[[Sequence[Any], int], T]
+                   ) -> tuple[Chunk[T], ...]:
+    """``segment``'s chunks from the ``SegmentChunks`` ``name`` of the documents written over ``owner`` (a base, or what
+    is made once a base), made at the first call and kept on it."""
+    return _kept(owner, name, SegmentChunks).of(segment, build)
 
 
-def appended_rows(owner: Any, name: str, rows: Callable[[Any, int, int, int], dict[str, np.ndarray]]) -> AppendedRows:
-    """The ``AppendedRows`` ``name`` of the documents written over ``owner`` (a base), made at the first call and kept
-    on it."""
-    return _kept(owner, name, lambda: AppendedRows(rows))
+def appended_rows(owner: Any, name: str, segment: Sequence[Any],
+                  rows: Callable[[Any, int, int, int], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """``segment``'s rows from the ``AppendedRows`` ``name`` of the documents written over ``owner`` (a base), made at
+    the first call and kept on it."""
+    return _kept(owner, name, AppendedRows).of(segment, rows)
 
 
 def _kept(owner: Any, name: str, make: Callable[[], Any]) -> Any:

@@ -760,3 +760,34 @@ def test_an_older_snapshot_scanned_after_a_newer_one_reads_the_first_of_its_wide
         got = older.segment_scan_vectors()
         assert widened_rows(base).buffer is buffer and (not len(got) or np.shares_memory(got, buffer))
         assert np.array_equal(got, older.seg_vectors.astype(np.float32))
+
+
+def test_a_base_and_its_terms_are_freed_when_their_last_snapshot_goes_without_the_garbage_collector():
+    """What a base's snapshots share (the segment's rows and runs, kept on the base and on its BM25 terms) refers to
+    neither, so once a merge's new base serves, the old base and its terms go with their last snapshot (a function
+    kept with them referred to them: a cycle that only a full garbage collection freed)."""
+    import gc
+    import weakref
+
+    import scipy.sparse as sp
+
+    from spanseek.core.live_lexical import BaseTerms
+
+    rng = random.Random(0)
+    base = memory_base([{"id": f"d{d}", "title": "t", "meta": {"n": d}} for d in range(20)], rng)
+    n = len(base.passages)
+    terms = BaseTerms(sp.csr_matrix((np.ones(n, np.float32), (np.arange(n), np.zeros(n, int))), shape=(n, 1)),
+                      {"w": 0}, np.ones(n, np.int64))
+    base.lexical = SimpleNamespace(retriever=SimpleNamespace(k1=1.5, b=0.75, method="lucene"), analyzer="folded")
+    segment = [dataclasses.replace(encoded({"id": f"n{i}", "title": "n"}, rng), terms=(["w", f"x{i}"],))
+               for i in range(6)]
+    gc.disable()
+    try:
+        for k in range(1, 7):
+            live = LiveIndex(base, segment[:k], np.asarray([1]), empty_like(base.faiss), terms)
+            live.seg_vectors, live.segment_scan_vectors()  # noqa: B018
+        held = weakref.ref(base), weakref.ref(terms)
+        del base, terms, live
+        assert [ref() for ref in held] == [None, None]
+    finally:
+        gc.enable()
