@@ -197,10 +197,14 @@ def not_office_file(path: Path, e: Exception, app: str, suffix: str, old: str) -
     if head.startswith(b"{\\rtf"):
         return f"an RTF file, not a {kind}; save it as {suffix} (in Word, or {convert})"
     if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as z:
-            if "mimetype" in z.namelist() and z.read("mimetype").startswith(b"application/vnd.oasis.opendocument"):
-                return (f"an OpenDocument file ({z.read('mimetype').decode('ascii', 'replace')}), not a {kind}; save "
-                        f"it as {suffix} (in LibreOffice, or {convert})")
+        try:
+            with zipfile.ZipFile(path) as z:
+                mimetype = z.read("mimetype") if "mimetype" in z.namelist() else b""
+        except Exception as damaged:  # the zip reader raises many types on a damaged member (a bad CRC, bad data)
+            return f"not a readable {kind}: its zip archive is damaged ({error_text(damaged)})"
+        if mimetype.startswith(b"application/vnd.oasis.opendocument"):
+            return (f"an OpenDocument file ({mimetype.decode('ascii', 'replace')}), not a {kind}; save it as {suffix} "
+                    f"(in LibreOffice, or {convert})")
         if isinstance(e, ValueError) and "content type is" in str(e):  # another Office file (a workbook, ...)
             return f"not a {app} ({suffix}) document: {str(e).split(', ', 1)[-1]}"
     elif head.startswith(b"PK"):

@@ -145,6 +145,28 @@ def test_numbered_paragraphs_read_their_numbers_as_shown(tmp_path):
         "(V) Part", "1. Last"]
 
 
+@pytest.mark.parametrize("name", ["talk.pptx", "letter.docx"])
+def test_an_office_file_whose_zip_member_is_damaged_is_skipped_as_damaged(tmp_path, name):
+    """A zip whose "mimetype" member fails its CRC check (a damaged OpenDocument file, named .pptx or .docx) stopped
+    the whole ingest with BadZipFile while the reason for skipping it was worked out: it is skipped as damaged."""
+    import zipfile
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    with zipfile.ZipFile(docs / name, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("mimetype", "application/vnd.oasis.opendocument.presentation")
+        z.writestr("content.xml", "<office:document-content/>")
+    data = bytearray((docs / name).read_bytes())
+    data[data.index(b"application/vnd.oasis") + 5] ^= 0xFF  # the member's bytes no longer match its CRC
+    (docs / name).write_bytes(bytes(data))
+    write_deck(docs / "good.pptx")
+    report = from_files([docs], tmp_path / "c.jsonl")
+    assert report.documents == 1
+    app = "PowerPoint (.pptx)" if name.endswith(".pptx") else "Word (.docx)"
+    assert {Path(p).name: why for p, why in report.skipped} == {
+        name: f"not a readable {app} file: its zip archive is damaged (BadZipFile: Bad CRC-32 for file 'mimetype')"}
+
+
 def test_line_breaks_and_cells_merged_over_rows_read_as_on_the_slide(tmp_path):
     """A line break in a paragraph (Shift+Enter) is a space between its words, not nothing ("nine closes", not
     "ninecloses"), in a slide's text and its notes; a table's cell merged over rows reads in each of them, as in
