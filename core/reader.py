@@ -169,12 +169,18 @@ def _windows(tokenizer, config: ReaderConfig, questions: list[str], passages: li
         off = np.array(enc["offset_mapping"][w], dtype=np.int64).reshape(-1, 2)
         outside = np.array([s != 1 for s in seq])
         off[outside] = -1
-        off = ends_after_marks(passages[enc["overflow_to_sample_mapping"][w]], off)  # "Zoë" decomposed, not "Zoe"
         ids.append(np.array(enc["input_ids"][w], dtype=np.int64))
         offsets.append(off)
         if uses_types:
             types.append(np.array(enc["token_type_ids"][w], dtype=np.int64))
     pair = np.array(enc["overflow_to_sample_mapping"], dtype=np.int64)
+    for p in np.unique(pair).tolist():  # "Zoë" decomposed, not "Zoe", as the whole passage's tokens end
+        if not passages[p].isascii():
+            mine = np.flatnonzero(pair == p).tolist()
+            starts = np.concatenate([offsets[w][(offsets[w][:, 0] >= 0) & (offsets[w][:, 1] > offsets[w][:, 0]), 0]
+                                     for w in mine])
+            for w in mine:
+                offsets[w] = ends_after_marks(passages[p], offsets[w], starts)
     return Windows(ids, pair, offsets, types if uses_types else None)
 
 

@@ -137,12 +137,14 @@ def _mark_runs() -> re.Pattern[str]:
     return re.compile(f"[{_categories()['M']}]+")
 
 
-def ends_after_marks(text: str, offsets: np.ndarray) -> np.ndarray:
+def ends_after_marks(text: str, offsets: np.ndarray, token_starts: np.ndarray | None = None) -> np.ndarray:
     """``offsets`` ((n, 2) character [start, end) of tokens in ``text``; a token outside it, a special one, starts
     below 0 or ends where it starts) with each token's end moved past the combining marks right after it that no
     token holds: an uncased BERT tokenizer strips accents, and its offsets end a word before a mark that follows its
     last letter, so a decomposed "Zoë" ("e" + U+0308, as macOS and many PDFs write it) was answered "Zoe"; marks
-    inside a word were kept already ("Noël")."""
+    inside a word were kept already ("Noël"). ``token_starts``: where ``offsets`` are some of the text's tokens (a
+    reader's window of a long passage), the starts of all of them, so that a mark the next window's token holds (a
+    Devanagari vowel sign, "##ा") is not the window's last token's too; by default ``offsets``' own."""
     if text.isascii() or not len(offsets):
         return offsets
     runs = [(found.start(), found.end()) for found in _mark_runs().finditer(text)]
@@ -154,7 +156,7 @@ def ends_after_marks(text: str, offsets: np.ndarray) -> np.ndarray:
     at = np.searchsorted(run_starts, ends).clip(0, len(runs) - 1)
     before_run = real & (run_starts[at] == ends)
     # a run some token starts in is that token's (a cased tokenizer keeps marks, and may give them tokens of their own)
-    taken = np.sort(starts[real])
+    taken = np.sort(starts[real] if token_starts is None else token_starts)
     next_start = taken[np.searchsorted(taken, ends).clip(0, len(taken) - 1)]
     free = ~((next_start >= ends) & (next_start < run_ends[at]))
     moved = before_run & free

@@ -162,6 +162,23 @@ def test_a_passage_word_ending_in_a_combining_mark_keeps_it(tiny_reader):
     assert "Zoe\u0308" in {passage[a:b] for a, b in got.offsets[0].tolist() if a >= 0}
 
 
+def test_a_window_s_last_token_ends_where_the_passage_s_token_ends(tiny_reader):
+    """A window's last token before a combining mark the tokenizer gives a token of its own (a Devanagari vowel sign,
+    "क" then "##ा") took that mark as if no token held it, "का" for "क": the reader's tokens at its windows' edges are
+    the passage's own (``tokenize_passages``, the phrase index's), in windows of every length."""
+    from spanseek.core.text import tokenize_passages
+
+    reader = PassageReader.load(tiny_reader)
+    passage = "भाषा का इतिहास बहुत पुराना है और यह किताब का है। " * 2
+    whole = {tuple(pair) for pair in tokenize_passages(reader.tokenizer, [passage])[0].offsets.tolist()}
+    for max_len in range(40, 48):
+        config = replace(reader.config, max_len=max_len, stride=4, max_query_len=8)
+        windows = make_windows(reader.tokenizer, config, ["कब?"], [passage])
+        assert len(windows.offsets) > 1
+        for off in windows.offsets:
+            assert {tuple(pair) for pair in off[off[:, 0] >= 0].tolist()} <= whole
+
+
 def test_a_long_question_keeps_at_most_max_query_len_tokens_where_a_character_is_several(tiny_reader):
     """A character the tokenizer cuts into several tokens (a Hangul syllable: its letters) across the question's
     token limit is left out whole, so the pair never holds more than ``max_query_len`` question tokens; one that fits
