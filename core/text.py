@@ -153,10 +153,12 @@ def ends_after_marks(text: str, offsets: np.ndarray, token_starts: np.ndarray | 
     run_starts, run_ends = (np.asarray(edge, dtype=np.int64) for edge in zip(*runs, strict=True))
     starts, ends = offsets[:, 0].astype(np.int64), offsets[:, 1].astype(np.int64)
     real = (starts >= 0) & (ends > starts)
-    at = np.searchsorted(run_starts, ends).clip(0, len(runs) - 1)
-    before_run = real & (run_starts[at] == ends)
     # a run some token starts in is that token's (a cased tokenizer keeps marks, and may give them tokens of their own)
     taken = np.sort(starts[real] if token_starts is None else token_starts)
+    if not len(taken):  # no token of the text (marks alone, which an uncased tokenizer strips): nothing to move
+        return offsets
+    at = np.searchsorted(run_starts, ends).clip(0, len(runs) - 1)
+    before_run = real & (run_starts[at] == ends)
     next_start = taken[np.searchsorted(taken, ends).clip(0, len(taken) - 1)]
     free = ~((next_start >= ends) & (next_start < run_ends[at]))
     moved = before_run & free

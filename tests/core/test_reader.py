@@ -162,6 +162,15 @@ def test_a_passage_word_ending_in_a_combining_mark_keeps_it(tiny_reader):
     assert "Zoe\u0308" in {passage[a:b] for a, b in got.offsets[0].tolist() if a >= 0}
 
 
+def test_a_passage_of_combining_marks_alone_reads_no_span(tiny_reader):
+    """A passage with no token but combining marks (an uncased tokenizer strips them) raised IndexError while its
+    tokens' ends were moved past marks, failing every pair read with it: it reads no span, and the others read."""
+    reader = PassageReader.load(tiny_reader)
+    empty, read = reader.read(["who built it?"] * 2, ["\u0308\u0301", "The castle was built by Zoe\u0308."])
+    assert empty == []
+    assert read and all(span.pair == 1 for span in read)
+
+
 def test_a_window_s_last_token_ends_where_the_passage_s_token_ends(tiny_reader):
     """A window's last token before a combining mark the tokenizer gives a token of its own (a Devanagari vowel sign,
     "क" then "##ा") took that mark as if no token held it, "का" for "क": the reader's tokens at its windows' edges are
