@@ -95,6 +95,12 @@ LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb
 # tried from each of its letters, each try running to its end, and took minutes
 _LINE_HYPHEN = re.compile(r"(?<!\w)(\w++)[-\u00ad\u2010][ \t]*\n\s*(\w++)")
 _COMPOUND = re.compile(r"(?<!\w)\w++(?:[-\u2010]\w++)+")
+# what follows a line-end hyphen's match, looked at where it ends (not in a copy of the rest of the text: a text file's
+# paragraph of megabytes, hyphenated on every line, took a copy of the rest for each break): a word after a space, a
+# compound's first part after a space, a hyphen and a word
+_WORD_NEXT = re.compile(r"[ \t]+\w")
+_COMPOUND_NEXT = re.compile(r"[ \t]+\w+[-\u2010]")
+_HYPHEN_NEXT = re.compile(r"[-\u2010]\w")
 # a line-end hyphen before one of these words, a word after it, is a suspended hyphen: the first word's second part
 # is left to the word after the conjunction ("trans- and intercontinental", "pre- or post-war", "Ein- und
 # Ausgang"), and the line break is a space. Hyphenation leaves no such fragment at a line's start ("husb-and" is
@@ -364,17 +370,17 @@ def dehyphenate(texts: Sequence[str]) -> list[str]:
     hyphenated = breaks > 0 and hyphens / breaks >= HYPHENATED_SHARE
 
     def join(m: re.Match[str]) -> str:
-        before, after, rest = m.group(1), m.group(2), m.string[m.end():]
+        before, after, text, end = m.group(1), m.group(2), m.string, m.end()
         soft = m.group(0)[len(before)] == "\u00ad"
         conjunction = after in SUSPENDED_BEFORE and (not hyphenated or after not in HYPHENATION_TAILS)
         if not soft and (not before[-1].isalpha() or not after[0].isalpha() or after[0].isupper()):
             keep = True
         elif soft or (before + after).casefold() in words:
             keep = False
-        elif after in SUSPENDED_BEFORE and re.match(r"[ \t]+\w", rest) and (
-                conjunction or re.match(r"[ \t]+\w+[-\u2010]", rest)):
+        elif after in SUSPENDED_BEFORE and _WORD_NEXT.match(text, end) and (
+                conjunction or _COMPOUND_NEXT.match(text, end)):
             return f"{before}- {after}"  # a suspended hyphen, a word after its conjunction
-        elif conjunction and re.match(r"[-\u2010]\w", rest):  # a compound through its conjunction: "rock-and-roll"
+        elif conjunction and _HYPHEN_NEXT.match(text, end):  # a compound through its conjunction: "rock-and-roll"
             keep = True
         elif f"{before}-{after}".casefold() in compounds:
             keep = True
