@@ -31,7 +31,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 
 from spanseek.core.ids import new_id
-from spanseek.core.io import CorpusError, document_json
+from spanseek.core.io import CorpusError
+from spanseek.core.written import file_document
 from spanseek.indexer.chunking import ChunkOptions, ChunkOptionsError
 from spanseek.indexer.extracted import IngestError
 from spanseek.indexer.ingest import FORMATS, IngestOptions, parse_meta
@@ -60,7 +61,6 @@ from spanseek.service.writes import (
     query_texts,
     refuse,
     require_write_key,
-    title_problem,
     written_document,
 )
 
@@ -152,13 +152,10 @@ async def _read_and_write(request: Request, live: Any, name: str, doc_id: str, h
     if (refusal := too_many_tokens(shown, read.tokens, live.settings.max_file_tokens, "max_file_tokens",
                                    "one file")) is not None:
         raise refusal
-    if (problem := title_problem(read.doc.title, live.settings.max_title_chars)) is not None:
-        raise UnreadableFile(f"{shown}: {problem}; give the file a shorter one")
-    try:  # the document read, under its id, as PUT /documents takes one (its front matter's keys, say)
-        doc = written_document(document_json(dataclasses.replace(read.doc, id=doc_id)), shown,
-                               live.settings.max_title_chars, held[1])
+    try:  # the document read, under its id, as PUT /documents takes one (its title, its front matter's keys)
+        doc = file_document(read.doc, doc_id, shown, live.settings.max_title_chars, held[1])
     except CorpusError as e:
-        raise UnreadableFile(str(e)) from None
+        raise UnreadableFile(naming(str(e), doc_id)) from None
     doc = dataclasses.replace(doc, id=held[0])
     try:
         written = await live.upsert([doc], only_new=only_new)

@@ -351,7 +351,8 @@ def _file_limits(state: Any) -> dict[str, Any] | None:
     s = state.settings
     return {"max_file_bytes": s.max_file_bytes, "max_file_tokens": s.max_file_tokens,
             "file_read_memory_bytes": s.file_read_memory_bytes, "file_read_timeout_s": s.file_read_timeout_s,
-            "max_file_uploads": s.max_file_uploads, "tokenizer": state.live.file_reader.config.backbone}
+            "max_file_uploads": s.max_file_uploads, "max_title_chars": s.max_title_chars,
+            "tokenizer": state.live.file_reader.config.backbone}
 
 
 @router.get("/info", response_model=InfoResponse, responses=_errors(401, 422, 503), tags=["service"],

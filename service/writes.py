@@ -28,8 +28,10 @@ from starlette.convertors import PathConvertor, register_url_convertor
 from spanseek.core.filters import FilterError, SearchFilter
 from spanseek.core.ids import held_id as spelling_held
 from spanseek.core.ids import length_problem
-from spanseek.core.io import CorpusError, Document, document_from_json
+from spanseek.core.io import CorpusError, Document
 from spanseek.core.params import SearchParamsError
+from spanseek.core.written import routing_problem
+from spanseek.core.written import written_document as core_written_document
 from spanseek.indexer.ingest import parse_meta
 from spanseek.indexer.live import HeldDocuments, indexed_document, live_row
 from spanseek.service.errors import (
@@ -92,29 +94,6 @@ def live_of(request: Request) -> Any:
     if state.status != "ready" or state.live is None:
         raise not_ready(request)
     return state.live
-
-
-# what a written document's id may not hold: what str.splitlines() splits at, and NUL. Such an id was written, then
-# never found by id (an ids file lists one a line; GET and DELETE /documents/{id} refuse it); one that a log already
-# holds is still replayed and merged.
-UNROUTABLE = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029\x00")
-
-
-def id_problem(doc_id: str, replacing: bool = False) -> str | None:
-    """Why no document can be written under ``doc_id``, or None: the one rule of every route that writes one, whether
-    the id comes in a body (``PUT /documents``), a query (``PUT /files/{name}?id=``) or a path (a file's name): more
-    than ``MAX_ID_CHARS`` characters unless the write is ``replacing`` a document held under it (``named``), or a
-    line break or NUL (``routing_problem``)."""
-    return (None if replacing else length_problem(doc_id)) or routing_problem(doc_id)
-
-
-def routing_problem(doc_id: str) -> str | None:
-    """Why ``doc_id`` cannot be named by ``/documents/{id}`` (it holds a line break or NUL), or None. A lookup checks
-    only this: an index built from a corpus file may hold a longer id than a write takes."""
-    if (bad := next((c for c in doc_id if c in UNROUTABLE), None)) is None:
-        return None
-    return (f"holds {'a NUL' if bad == chr(0) else 'a line break'} ({bad!a}): /documents/{{id}} could not name it, "
-            f"nor an ids file list it")
 
 
 class PathTextConvertor(PathConvertor):
@@ -213,34 +192,13 @@ def parse_documents(given: list[DocumentIn], index: Any, max_title_chars: int) -
 
 
 def written_document(obj: dict[str, Any], where: str, max_title_chars: int, replacing: bool = False) -> Document:
-    """The corpus document of ``obj`` (the corpus format) as a write takes it, on every route that writes one
-    (``PUT /documents``, and ``PUT /files/{name}``'s request and the document read from its file): CorpusError
-    starting with ``where`` and naming the field for a title over ``max_title_chars``, anything the corpus reader
-    refuses (``core.io.document_from_json``), no non-blank paragraph, an id too long for a write that is not
-    ``replacing`` a document held under it or holding a line break or NUL (``id_problem``), or a metadata key holding a NUL (no ``--meta`` flag can give one, nor a ``meta=`` be told
-    from a mistyped one)."""
-    title = obj.get("title", "")
-    if isinstance(title, str) and (problem := title_problem(title, max_title_chars)) is not None:
-        raise CorpusError(problem, "title")
+    """``core.written.written_document`` on a route that writes one (``PUT /documents``, and ``PUT /files/{name}``'s
+    request; ``replacing``: a document is held under its id, ``named``): its CorpusError quoting the id the client
+    sent shortened (``naming``), as a 404 does."""
     try:
-        doc = document_from_json(obj, where)
-    except CorpusError as e:  # (its message may quote the id, as a 404 does: shortened)
+        return core_written_document(obj, where, max_title_chars, replacing)
+    except CorpusError as e:
         raise CorpusError(naming(str(e), obj["id"]) if isinstance(obj.get("id"), str) else str(e), e.field) from None
-    if doc is None:
-        raise CorpusError(f"{where} ({quoted(str(obj.get('id')))}) has no non-blank paragraph", "paragraphs")
-    if (problem := id_problem(doc.id, replacing)) is not None:
-        raise CorpusError(f"{where}: 'id' {problem}", "id")
-    for field, metas in (("meta", [doc.meta]), ("passage_meta", doc.passage_meta)):
-        if (key := next((k for m in metas for k in m if "\x00" in k), None)) is not None:
-            raise CorpusError(f"{where}: its {field} key {key!r} holds a NUL; give keys without one", field)
-    return doc
-
-
-def title_problem(title: str, max_title_chars: int) -> str | None:
-    """What is wrong with a written document's ``title`` (longer than the server's ``max_title_chars``), or None."""
-    if len(title) <= max_title_chars:
-        return None
-    return f"a title of {len(title):,} characters; at most {max_title_chars:,} (max_title_chars)"
 
 
 def held_already(e: HeldDocuments, replacing: str) -> Conflict:

@@ -28,7 +28,8 @@ file refused before the run stopped is reported with the counts. Each run prints
 and refused; the exit status is 1 when a file was refused or ``--delete`` held back, else 0. A run stopped part way
 (Ctrl-C or SIGTERM, the server gone) says in its last line how many files it had written of how many. ``--dry-run``
 reads each file it would write as the server does, within the server's limits (``GET /info`` → ``service.files``:
-its size, tokens, and the memory and time its reading may take), and reports the files the server would refuse. The
+its size, tokens, title, and the memory and time its reading may take), and reports the files the server would refuse
+(the document read checked with the metadata the write gives it, as the write checks it). The
 server answers a
 file's write once it has read and encoded it: ``--timeout`` (an hour) is how long the sync waits for one answer.
 
@@ -58,6 +59,7 @@ from spanseek.indexer.options import DEFAULT_READ_MEMORY, DEFAULT_READ_TIMEOUT_S
 
 if TYPE_CHECKING:
     from spanseek.core.config import EncoderConfig
+    from spanseek.core.io import Document
     from spanseek.indexer.ingest import IngestOptions
 
 SOURCE_KEY, HASH_KEY = "synced_from", "sha256"
@@ -80,14 +82,16 @@ class FileLimits:
     """What the server refuses a file for, as its ``GET /info`` publishes them (``service.files``), which a dry run
     checks each file against: its size (``max_file_bytes``; None: not published), its model tokens
     (``max_file_tokens``, counted with the ``tokenizer`` of that backbone; 0: no limit), and the memory and time its
-    reading may take (``file_read_memory_bytes``; ``file_read_timeout_s``, here CPU seconds). A server that does not
-    publish them is taken to have its defaults' reading limits."""
+    reading may take (``file_read_memory_bytes``; ``file_read_timeout_s``, here CPU seconds), and the longest title
+    of a document it writes (``max_title_chars``; None: not published). A server that does not publish them is taken
+    to have its defaults' reading limits."""
 
     max_file_bytes: int | None = None
     max_file_tokens: int = 0
     read_memory_bytes: int = DEFAULT_READ_MEMORY
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
     tokenizer: str | None = None
+    max_title_chars: int | None = None
 
     @classmethod
     def of_server(cls, client: Any) -> FileLimits:
@@ -96,7 +100,8 @@ class FileLimits:
         files = (client.info().get("service") or {}).get("files") or {}
         given = {"max_file_bytes": files.get("max_file_bytes"), "max_file_tokens": files.get("max_file_tokens"),
                  "read_memory_bytes": files.get("file_read_memory_bytes"),
-                 "read_timeout_s": files.get("file_read_timeout_s"), "tokenizer": files.get("tokenizer")}
+                 "read_timeout_s": files.get("file_read_timeout_s"), "tokenizer": files.get("tokenizer"),
+                 "max_title_chars": files.get("max_title_chars")}
         return cls(**{name: value for name, value in given.items() if value is not None})
 
     def too_large(self, size: int) -> str | None:
@@ -105,16 +110,25 @@ class FileLimits:
             return None
         return f"{size:,} bytes, more than its max_file_bytes ({self.max_file_bytes:,})"
 
-    def refusal(self, read: FileTokens | str | None) -> str | None:
-        """Why the server refuses a file read as ``read`` (``_unreadable``: its tokens, or why it is unreadable, or
-        None where this host cannot read it): unreadable, or more tokens than ``max_file_tokens``; None if neither."""
+    def refusal(self, read: FileTokens | str | None, doc_id: str) -> str | None:
+        """Why the server refuses a file read as ``read`` (``_unreadable``: its document and tokens, or why it is
+        unreadable, or None where this host cannot read it) and written under ``doc_id``: unreadable, more tokens than
+        ``max_file_tokens``, or a document the write refuses (``core.written.file_document``: a title over
+        ``max_title_chars``, front matter whose metadata a write cannot hold); None if none of these."""
+        from spanseek.core.io import CorpusError
+        from spanseek.core.written import file_document
+
         if read is None or isinstance(read, str):
             return read
-        if not self.max_file_tokens or read.tokens <= self.max_file_tokens:
-            return None
-        counted = "" if not read.in_words or self.tokenizer is None else (
-            f"; counted a token a word, as this host lacks the server's tokenizer {self.tokenizer}: it counts more")
-        return f"{read.tokens:,} tokens, more than its max_file_tokens ({self.max_file_tokens:,}){counted}"
+        if self.max_file_tokens and read.tokens > self.max_file_tokens:
+            counted = "" if not read.in_words or self.tokenizer is None else (
+                f"; counted a token a word, as this host lacks the server's tokenizer {self.tokenizer}: it counts more")
+            return f"{read.tokens:,} tokens, more than its max_file_tokens ({self.max_file_tokens:,}){counted}"
+        try:
+            file_document(read.doc, doc_id, doc_id, self.max_title_chars)
+        except CorpusError as e:
+            return str(e)
+        return None
 
     @property
     def reading_config(self) -> EncoderConfig | None:
@@ -135,11 +149,12 @@ class FileLimits:
 
 class FileTokens(NamedTuple):
     """A file read as the server reads it, in the dry run's reading process (``_unreadable``): its model tokens
-    (``indexer.read_process.document_tokens``), and ``in_words``: counted a token a word (this host lacks the
-    server's tokenizer)."""
+    (``indexer.read_process.document_tokens``), ``in_words``: counted a token a word (this host lacks the server's
+    tokenizer), and its document, with the metadata the write gives it."""
 
     tokens: int
     in_words: bool
+    doc: Document
 
 
 @dataclass
@@ -339,8 +354,10 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
                 continue
             if reader is not None:  # the server reads a file as from-files does: one it would refuse is said so, and why
                 # (its id's length as every write's: a longer one is refused, whatever the file holds)
-                if (why := _too_long(ids.get(rel, rel)) or limits.too_large(len(data))
-                        or limits.refusal(reader.read(path, rel, IngestOptions()))) is not None:
+                # (with the metadata the write gives it: its front matter's and the sync's together are checked)
+                if (why := _too_long(ids.get(rel, rel)) or limits.too_large(len(data)) or limits.refusal(
+                        reader.read(path, rel, IngestOptions(extra_meta={**extra, HASH_KEY: digest})),
+                        ids.get(rel, rel))) is not None:
                     refuse(rel, f"the server would refuse it: {why}")
                     continue
                 report.written.append(rel)
@@ -383,8 +400,9 @@ def _unreadable(path: str, rel: str, opts: IngestOptions) -> FileTokens | str | 
     except ImportError:  # (a reader's library imported as it reads: pdfminer, PyYAML)
         return None
     except IngestError as e:  # ("reading Markdown needs markdown-it-py", raised from the ImportError)
-        return None if isinstance(e.__context__, ImportError) else str(e)
-    return doc if isinstance(doc, str) else FileTokens(document_tokens(doc, count), count is word_token_counter)
+        # (named as the server names the file: by its name, not its path here)
+        return None if isinstance(e.__context__, ImportError) else str(e).replace(path, rel)
+    return doc.replace(path, rel) if isinstance(doc, str) else FileTokens(document_tokens(doc, count), count is word_token_counter, doc)
 
 
 class _Writes:

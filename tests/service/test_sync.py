@@ -150,7 +150,7 @@ def test_a_dry_run_on_a_host_without_the_readers_counts_their_files_as_written(u
     monkeypatch.setattr(read_process, "_count", word_token_counter)
 
     read = [_unreadable(str(docs / name), name, IngestOptions()) for name in ("a.md", "b.html")]
-    assert [FileLimits().refusal(doc) for doc in read] == [None, None]
+    assert [FileLimits().refusal(doc, name) for doc, name in zip(read, ("a.md", "b.html"), strict=True)] == [None, None]
 
 
 def test_a_dry_run_reads_in_a_capped_process_and_refuses_a_file_too_large_to_read_within_it(url, tmp_path):
@@ -825,7 +825,7 @@ def test_a_dry_run_refuses_the_files_the_server_refuses_for_its_size_and_tokens_
         files = client.info()["service"]["files"]
         planned = sync(client, [docs], "docs", dry_run=True)
         done = sync(client, [docs], "docs")
-    assert files == {"max_file_bytes": 2048, "max_file_tokens": 40, "max_file_uploads": 4,
+    assert files == {"max_file_bytes": 2048, "max_file_tokens": 40, "max_file_uploads": 4, "max_title_chars": 1000,
                      "file_read_memory_bytes": settings.file_read_memory_bytes,
                      "file_read_timeout_s": settings.file_read_timeout_s, "tokenizer": files["tokenizer"]}
     assert planned.written == done.written == ["ok.txt"]
@@ -926,3 +926,31 @@ def test_a_dry_run_counts_a_files_tokens_over_the_passages_the_server_cuts(setti
     assert dict(planned.refused)["long.txt"] == (f"the server would refuse it: {tokens:,} tokens, more than its "
                                                  f"max_file_tokens ({tokens - 1:,})")
     assert f"{tokens:,} tokens" in dict(done.refused)["long.txt"]  # (the write's own count)
+
+
+def test_a_dry_run_refuses_a_title_too_long_and_front_matter_the_write_cannot_hold_as_the_write_does(settings_for,
+                                                                                                    tmp_path, live):
+    """A dry run passed a file whose title (its heading, or its front matter's title) was over the server's
+    max_title_chars, and one whose front matter's metadata fit alone but not with what the sync writes beside it: each
+    write was then refused (422). /info now publishes max_title_chars, and the dry run checks the document read, with
+    the sync's metadata, as the write does: the same files are refused, for the same reasons."""
+    from spanseek.core.io import MAX_META_BYTES
+
+    bridge = "\n\nIn 1450 Gala built the harbour bridge.\n"
+    settings = settings_for(writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0,
+                            max_title_chars=20)
+    docs = folder(tmp_path / "docs", {
+        "heading.md": "# The harbour bridge of Gala and Hugo" + bridge,
+        "front.md": f"---\ntitle: {'T' * 30}\n---{bridge}",
+        "meta.md": f"---\nnote: {'x' * (MAX_META_BYTES - 120)}\n---{bridge}",  # (fits alone, not with the sync's)
+        "ok.md": "# Bridge" + bridge})
+    with live(create_app(settings)) as url, Client(url, api_key="key") as client:
+        planned = sync(client, [docs], "docs", dry_run=True)
+        done = sync(client, [docs], "docs")
+    assert planned.written == done.written == ["ok.md"]
+    assert dict(planned.refused) == {rel: f"the server would refuse it: {why}" for rel, why in done.refused}
+    assert dict(done.refused)["heading.md"] == ("heading.md: a title of 35 characters; at most 20 (max_title_chars); "
+                                                "give the file a shorter one")
+    assert "front.md: a title of 30 characters" in dict(done.refused)["front.md"]
+    assert f"over the limit of {MAX_META_BYTES}" in dict(done.refused)["meta.md"]
+
