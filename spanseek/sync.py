@@ -422,6 +422,7 @@ class _Writes:
         self.client, self.strict, self.report, self.say = client, strict, report, say
         self.jobs = max(1, jobs)
         self.waiting: deque[_Write] = deque()
+        self.limits: FileLimits | None = None  # the server's, asked at its first 413 (``_refusal``)
 
     def __enter__(self) -> _Writes:
         return self
@@ -462,9 +463,7 @@ class _Writes:
         except APIError as e:
             if e.status not in REFUSED_STATUSES:
                 raise
-            why = (f"{size:,} bytes, too large for the server: {e.message}" if e.status == 413 else
-                   f"{size:,} bytes, not sent within the server's --body-timeout-s: {e.message}"
-                   if e.status == 408 else e.message)
+            why = self._refusal(e, size)
             self.report.refused.append((rel, why))
             if self.strict:
                 raise StrictStop(f"{rel}: {why}") from None
@@ -473,6 +472,21 @@ class _Writes:
         self.say(f"wrote {rel}")
         for warning in warnings:  # what the server could not read of it (a PDF's scanned pages)
             self.say(f"  {warning}")
+
+    def _refusal(self, e: Any, size: int) -> str:
+        """Why the server refused a file of ``size`` bytes (``e``: its APIError, one of ``REFUSED_STATUSES``): its own
+        message, which names the file and what was too much (its tokens, the memory its reading needs), save where
+        the file's size is the reason, which only the sync knows: a body over the server's ``max_file_bytes``, said
+        as a dry run says it (``FileLimits.too_large``; the server's limits are asked once, at the first 413), and a
+        body not sent in time (408)."""
+        if e.status == 408:
+            return f"{size:,} bytes, not sent within the server's --body-timeout-s: {e.message}"
+        if e.status == 413:
+            if self.limits is None:
+                self.limits = FileLimits.of_server(self.client)
+            if (too_large := self.limits.too_large(size)) is not None:
+                return too_large
+        return str(e.message)
 
     def _start(self, write: _Write) -> None:
         write.alone = not self._running()

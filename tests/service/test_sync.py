@@ -345,7 +345,7 @@ def test_a_file_over_the_servers_limit_is_refused_and_a_delete_too_large_is_said
     with live(create_app(settings)) as base, Client(base, api_key="key") as client:
         report = sync(client, [docs], "docs")
         assert sorted(report.written) == [deep, "small.txt"]
-        assert [i for i, _ in report.refused] == ["big.txt"] and "3,100 bytes, too large" in report.refused[0][1]
+        assert report.refused == [("big.txt", "3,100 bytes, more than its max_file_bytes (2,048)")]
         (docs / "small.txt").unlink()  # a document to delete: the request is sent
         with pytest.raises(ValueError, match="--delete: its request lists the 2 files kept.*--max-body-bytes"):
             sync(client, [docs], "docs", delete=True)
@@ -954,3 +954,21 @@ def test_a_dry_run_refuses_a_title_too_long_and_front_matter_the_write_cannot_ho
     assert "front.md: a title of 30 characters" in dict(done.refused)["front.md"]
     assert f"over the limit of {MAX_META_BYTES}" in dict(done.refused)["meta.md"]
 
+
+def test_a_file_refused_for_its_tokens_is_said_so_not_as_too_many_bytes(settings_for, tmp_path, live):
+    """A file the server refused for its tokens (413) was reported as "290 bytes, too large for the server: ...",
+    though its bytes were well within the server's max_file_bytes. It is now reported with the server's reason (its
+    tokens and the limit); a file over max_file_bytes is said so as a dry run says it, with its size and the limit."""
+    settings = settings_for(writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0,
+                            max_file_bytes=2048, max_file_tokens=40)
+    docs = folder(tmp_path / "docs", {"many.txt": "Gala's harbour-bridge, 1450. " * 10,
+                                      "big.txt": "In 1450 Gala built the harbour bridge. " * 80})
+    with live(create_app(settings)) as url, Client(url, api_key="key") as client:
+        planned = sync(client, [docs], "docs", dry_run=True)
+        done = sync(client, [docs], "docs")
+    refused = dict(done.refused)
+    assert "bytes" not in refused["many.txt"]
+    assert refused["many.txt"].startswith("many.txt: ") and "tokens, more than this server encodes of one file " \
+                                                               "(max_file_tokens 40)" in refused["many.txt"]
+    assert refused["big.txt"] == "3,120 bytes, more than its max_file_bytes (2,048)"
+    assert dict(planned.refused)["big.txt"] == f"the server would refuse it: {refused['big.txt']}"
