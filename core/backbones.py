@@ -34,6 +34,13 @@ class ModelError(ValueError):
     """A model reference or checkpoint cannot be used; the message says why."""
 
 
+def file_not_model(ref: str) -> ModelError:
+    """The error of a model reference that is a file (weights or a config, given for the directory that holds them);
+    ``ref`` as the message names it (with its flag, where a command's)."""
+    return ModelError(f"{ref}: a file, not a model; give a model directory (what `spanseek train phrase` writes, "
+                      "holding spanseek_config.json and the weights) or a bundled model's name (default)")
+
+
 class BackboneError(ValueError):
     """A packaged backbone is missing, incomplete or damaged; the message says which and what to run."""
 

@@ -249,12 +249,15 @@ def write_faiss(index: Any, path: str | Path) -> None:
         faiss.write_index(index, str(tmp))
 
 
-def given_path(path: str, flag: str) -> str:
+def given_path(path: str, flag: str, file: bool = False) -> str:
     """``path``, given as the command's ``flag`` (``--questions``), when it exists; else FileNotFoundError naming the
     flag with it, ``--questions q.json: No such file or directory``, before a model is loaded for it (a command's
-    line named the path alone, and left the user to find which of its files it was)."""
+    line named the path alone, and left the user to find which of its files it was). ``file``: the flag takes a file,
+    and a directory is refused as well, ``--questions runs/: a directory, not a file``."""
     if not os.path.exists(path):
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), f"{flag} {path}")
+    if file and os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, "a directory, not a file", f"{flag} {path}")
     return path
 
 

@@ -28,9 +28,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from spanseek.core.backbones import SPLIT_BACKBONES, ModelError, resolve_backbone
+from spanseek.core.backbones import SPLIT_BACKBONES, ModelError, file_not_model, resolve_backbone
 from spanseek.core.config import DEFAULT_BACKBONE, EncoderConfig
-from spanseek.core.io import atomic_dir
+from spanseek.core.io import atomic_dir, naming_flag
 from spanseek.core.quiet import quiet_transformers
 
 CONFIG_NAME = "spanseek_config.json"
@@ -279,11 +279,22 @@ def resolve_model(ref: str | Path) -> Path:
     if str(ref) not in BUNDLED_MODELS and not path.exists():  # a mistyped name, most likely: say which there are
         raise ModelError(f"{ref}: not a spanseek model directory (there is no such directory) nor a bundled model "
                          f"(bundled: {', '.join(sorted(BUNDLED_MODELS))})")
+    if path.is_file():
+        raise file_not_model(str(ref))
     if not (path / CONFIG_NAME).is_file():
         if (path / "last" / CONFIG_NAME).is_file():  # a training run's directory: its model is the run's last/
             raise ModelError(f"{ref}: a training run, not a model directory; its model is {path / 'last'}")
         raise ModelError(f"{ref}: not a spanseek model directory (no {CONFIG_NAME}); train one with `spanseek train phrase`")
     return path
+
+
+def given_model(ref: str | Path | None, flag: str) -> None:
+    """Check ``ref``, given as the command's ``flag`` (``--model``), as ``resolve_model`` does, before the command
+    reads its other files or loads anything: ModelError led by the flag, ``--model runs/: not a spanseek model
+    directory ...`` (the path alone left the user to find which of the command's paths it was). None: not given."""
+    if ref is not None:
+        with naming_flag(flag, ModelError):
+            resolve_model(ref)
 
 
 def model_fingerprint(model_dir: str | Path, files: tuple[str, ...] = (CONFIG_NAME, WEIGHTS_NAME)) -> str:

@@ -62,9 +62,10 @@ def _from_files(args: argparse.Namespace) -> int:
     config = None
     if args.tokenizer == "model":
         from spanseek.core.config import EncoderConfig
-        from spanseek.core.model import CONFIG_NAME, resolve_model
+        from spanseek.core.model import CONFIG_NAME, given_model, resolve_model
 
         # the served model's counts: the service's file reader counts an upload's tokens with the same counter
+        given_model(args.model, "--model")
         config = EncoderConfig.load(resolve_model(args.model) / CONFIG_NAME)
     try:
         chunk = ChunkOptions.of(args.max_tokens, args.overlap, args.min_tokens)
@@ -109,11 +110,14 @@ def summary(manifest, index_dir: str, seconds: float | None = None) -> dict:
 
 
 def _build(args: argparse.Namespace) -> int:
+    from spanseek.core.model import given_model
     from spanseek.indexer.build import build_index
 
     opts = from_args(BuildOptions, args, progress=not args.quiet)
+    corpus = _corpus_file(args.corpus)
+    given_model(args.model, "--model")
     # (build_index refuses --filter-threshold without a filter head)
-    m = build_index(_corpus_file(args.corpus), args.model, args.out, opts)
+    m = build_index(corpus, args.model, args.out, opts)
     print(json.dumps(summary(m, args.out), indent=2))
     return 0
 
@@ -123,6 +127,7 @@ def _add(args: argparse.Namespace) -> int:
     from contextlib import nullcontext
 
     from spanseek.core.io import naming_flag
+    from spanseek.core.model import given_model
     from spanseek.core.phrase_index import IndexFormatError
     from spanseek.indexer.add import upsert_documents
 
@@ -131,6 +136,7 @@ def _add(args: argparse.Namespace) -> int:
     replace = args.index_command == "upsert"
     t0 = time.perf_counter()
     index = _index_dir(args.index)
+    given_model(args.model, "--model")
     # (its options are checked first, by upsert_documents: an index that is none is said there, naming the flag)
     with naming_flag("--index", IndexFormatError) if not Path(index).is_dir() else nullcontext():
         m, changes = upsert_documents(index, _corpus_file(args.corpus), model=args.model, opts=opts, replace=replace,
@@ -356,13 +362,14 @@ def _filter_json(text: str) -> SearchFilter:
 def _search(args: argparse.Namespace) -> int:
     from spanseek.core.io import given_path
     from spanseek.core.loading import open_searcher
+    from spanseek.core.model import given_model
 
     params = from_args(SearchParams, args, filter=_filter(args))  # bad values fail here
     ids: list[str] = []
     if args.questions_file is not None:
         if args.questions:
             raise ValueError(f"questions given both as arguments and in --questions {args.questions_file}; give one")
-        ids, questions = _file_questions(given_path(args.questions_file, "--questions"))
+        ids, questions = _file_questions(given_path(args.questions_file, "--questions", file=True))
         if not questions:
             raise ValueError(f"--questions {args.questions_file}: the file holds no questions")
     elif args.questions:
@@ -371,10 +378,12 @@ def _search(args: argparse.Namespace) -> int:
         ids, questions = _stdin_questions()  # before loading
     if not questions:  # (a forgotten question, or an empty file): said now, not after loading the model for none
         raise ValueError("no questions to search: give them as arguments, one a line on stdin, or in --questions FILE")
+    index = _index_dir(args.index, "--index")
+    given_model(args.model, "--model")
     # One precision however many questions are asked, the service's default (auto: from the device's features, no
     # start-up timing; on a CPU the encoder and the reader then run on ONNX Runtime in fp32 where it is installed), so
     # a question gets the same hits and scores alone as among others
-    searcher = open_searcher(_index_dir(args.index, "--index"), args.model, device=args.device, search_device=args.search_device,
+    searcher = open_searcher(index, args.model, device=args.device, search_device=args.search_device,
                              reader=args.reader if params.read else None, precision="auto", reader_precision="auto")
     searcher.check_mode(params)
     for n, (q, hits) in enumerate(zip(questions, searcher.search(questions, params), strict=True)):  # a blank one gets no hits
@@ -441,7 +450,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     params = from_args(SearchParams, args, only=EVAL_SEARCH_FLAGS)  # the options, then the files they name
     corpus = _corpus_file(args.corpus) if args.corpus else None
-    given_path(args.questions, "--questions")
+    given_path(args.questions, "--questions", file=True)
     for flag, given in (("--questions", args.questions), ("--corpus", args.corpus)):
         if args.out is not None and given is not None and _same_file(args.out, given):  # the metrics would replace it
             raise ValueError(f"--out {args.out} is the {flag} file to read; write the metrics somewhere else")

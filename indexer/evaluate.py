@@ -20,7 +20,7 @@ from typing import Any
 from spanseek.core.evaluate import drop_unanswerable, evaluate, sample_questions
 from spanseek.core.io import check_overwrite, squad_documents, write_corpus, write_json_atomic
 from spanseek.core.loading import open_searcher, reading_dir
-from spanseek.core.model import model_name
+from spanseek.core.model import given_model, model_name
 from spanseek.core.params import SearchParams
 from spanseek.core.questions import FORMAT_NAMES, QuestionFile, read_questions
 from spanseek.indexer.build import BuildOptions, build_index
@@ -88,6 +88,7 @@ def run_eval(
     if not answerable:  # found before an index is built
         held = f"none of its {unanswerable} has an answer" if unanswerable else "it holds none"
         raise ValueError(f"{questions}: no questions to evaluate ({held})")
+    given_model(model, "--model")  # the files given, then the model: named before an index is built for it
     qs = sample_questions(answerable, limit)
     with tempfile.TemporaryDirectory(prefix="spanseek-eval-") as tmp:
         if index is None:

@@ -279,6 +279,9 @@ def test_every_command_fails_as_argparse_does(tmp_path, capsys, argv, names):
 FACTORY_HELP = ("--factory takes 'auto' or a faiss factory string such as Flat, IVF256,SQ8 or OPQ32,IVF256,PQ32x4fs "
                 "(docs/compressed-index.md)")
 VALSETS = "give the --out directory of `spanseek train valsets`"
+NO_MODEL = "not a spanseek model directory (no spanseek_config.json); train one with `spanseek train phrase`"
+MODEL_FILE = ("a file, not a model; give a model directory (what `spanseek train phrase` writes, holding "
+              "spanseek_config.json and the weights) or a bundled model's name (default)")
 # (argv, the whole error line after `spanseek COMMAND: error: `, and what it said before); {tmp} holds a file `file`
 # and a corpus `c.jsonl`, {missing} is not there
 MESSAGES = [
@@ -326,6 +329,48 @@ def test_a_bad_path_or_factory_is_one_line_naming_the_first_wrong_argument(tmp_p
     given = {"tmp": tmp_path, "missing": tmp_path / "missing", "valsets": valsets}
     status, out, err = failure([a.format(**given) for a in argv], capsys)
     command = " ".join(argv[:2])
+    assert (status, out, err) == (2, "", [f"spanseek {command}: error: {error.format(**given)}"])
+
+
+# (argv, the whole error line after `spanseek COMMAND: error: `); {tmp} holds a file `file` and a corpus `c.jsonl`
+WRONG_KINDS = [
+    (["eval", "--questions", "{tmp}"], "--questions {tmp}: a directory, not a file"),
+    (["search", "--index", "{tmp}", "--questions", "{tmp}"], "--questions {tmp}: a directory, not a file"),
+    (["train", "phrase", "--train", "{tmp}", "--out", "{tmp}/run"], "--train {tmp}: a directory, not a file"),
+    (["train", "mine", "--train", "{tmp}", "--out", "{tmp}/hard.jsonl"], "--train {tmp}: a directory, not a file"),
+    (["eval", "--questions", "{tmp}/q.json", "--model", "{tmp}"], f"--model {{tmp}}: {NO_MODEL}"),
+    (["eval", "--questions", "{tmp}/q.json", "--model", "{tmp}/file"], f"--model {{tmp}}/file: {MODEL_FILE}"),
+    (["search", "--index", "{tmp}", "--model", "{tmp}", "q"], f"--model {{tmp}}: {NO_MODEL}"),
+    (["index", "build", "--corpus", "{tmp}/c.jsonl", "--model", "{tmp}/file", "--out", "{tmp}/i"],
+     f"--model {{tmp}}/file: {MODEL_FILE}"),
+    (["index", "add", "--index", "{tmp}", "--corpus", "{tmp}/c.jsonl", "--model", "{tmp}"], f"--model {{tmp}}: {NO_MODEL}"),
+    (["corpus", "from-files", "{tmp}", "--out", "{tmp}/d.jsonl", "--tokenizer", "model", "--model", "{tmp}"],
+     f"--model {{tmp}}: {NO_MODEL}"),
+    (["train", "filter", "--train", "{tmp}/file", "--out", "{tmp}/f", "--model", "{tmp}"], f"--model {{tmp}}: {NO_MODEL}"),
+    (["train", "phrase", "--train", "{tmp}/file", "--out", "{tmp}/run", "--init-from", "{tmp}"],
+     f"--init-from {{tmp}}: {NO_MODEL}"),
+    (["train", "mine", "--train", "{tmp}/file", "--out", "{tmp}/h.jsonl", "--miner", "model", "--model", "{tmp}"],
+     f"--model {{tmp}}: {NO_MODEL}"),
+    (["train", "calibrate", "--index", "{tmp}", "--questions", "{tmp}/file", "--model", "{tmp}/file"],
+     f"--model {{tmp}}/file: {MODEL_FILE}"),
+]
+
+
+@pytest.mark.parametrize(("argv", "error"), WRONG_KINDS, ids=[" ".join(a[:4]) for a, _ in WRONG_KINDS])
+def test_a_file_or_model_flag_given_a_path_of_the_wrong_kind_is_named_by_its_flag(tmp_path, capsys, argv, error):
+    """A directory given for a file (``--questions runs/``), or a file or a folder that holds no model given for a
+    model (``--model weights.safetensors``), was said with the path alone (``runs: a directory, not a file``), and
+    the user was left to find which of the command's paths it was. The flag that gave it now leads the line, as a
+    missing file's does."""
+    (tmp_path / "file").write_text("")
+    (tmp_path / "c.jsonl").write_text(json.dumps({"id": "a", "title": "A", "paragraphs": ["In 1450 Gala built it."]})
+                                      + "\n")
+    qas = [{"id": "1", "question": "Who built it?", "answers": [{"text": "Gala", "answer_start": 8}]}]
+    (tmp_path / "q.json").write_text(json.dumps({"data": [{"title": "A", "paragraphs": [
+        {"context": "In 1450 Gala built it.", "qas": qas}]}]}))
+    given = {"tmp": tmp_path}
+    status, out, err = failure([a.format(**given) for a in argv], capsys)
+    command = " ".join(argv[:2] if argv[0] in ("corpus", "index", "train") else argv[:1])
     assert (status, out, err) == (2, "", [f"spanseek {command}: error: {error.format(**given)}"])
 
 

@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from spanseek.core.backbones import file_not_model
 from spanseek.core.config import EncoderConfig, LoraSettings, QuestionMode, ReaderConfig
 from spanseek.core.holdout import Holdout
 from spanseek.core.options import option
@@ -47,8 +48,7 @@ def check(ok: bool, flag: str, want: str, value: object) -> None:
 def check_model(flag: str, ref: str | None) -> None:
     """A model flag's value is a model directory or a bundled model's name: a file (weights, a config) is named so."""
     if ref is not None and os.path.isfile(ref):
-        raise ValueError(f"{flag} {ref}: a file, not a model; give a model directory (what `spanseek train phrase` "
-                         f"writes, holding spanseek_config.json and the weights) or a bundled model's name (default)")
+        raise file_not_model(f"{flag} {ref}")
 
 
 def check_teacher_weight(teacher: str | None, lambda_kl: float) -> None:

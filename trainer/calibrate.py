@@ -360,7 +360,7 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
     (examples record their forms; a refit reads them from there). ``add_to``: a calibration file whose models are
     kept as they are, with this fit's keyword models added (``with_keyword_models``), written instead of the fit."""
     from spanseek.core.loading import open_searcher
-    from spanseek.core.model import BUNDLED_MODELS, model_fingerprint, resolve_model
+    from spanseek.core.model import BUNDLED_MODELS, given_model, model_fingerprint, resolve_model
     cs = [float(c)] if isinstance(c, (int, float)) else [float(v) for v in c]
     check(bool(cs) and all(map(positive, cs)), "--C", "numbers > 0 (inverse L2 strengths)", cs)
     check(limit is None or limit >= 1, "--limit", "an integer >= 1 (leave it out to use every question)", limit)
@@ -372,6 +372,7 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
                                ("--from-examples", from_examples, False), ("--add-to", add_to, False)):  # cheap: named before the model is found
         check(path is None or (Path(path).exists() and Path(path).is_dir() == folder), flag,
               f"{'an index directory' if folder else 'a file'} that exists", path)
+    given_model(model, "--model")
     model_dir = resolve_model(model)
     bundled = {path.resolve() for path in BUNDLED_MODELS.values()}
     if out is None and model_dir.resolve() in bundled:  # its file is the installed package's: every search reads it

@@ -49,6 +49,8 @@ CONFIG_JOBS = {
 
 
 def _config_job(args: argparse.Namespace) -> int:
+    from spanseek.core.model import given_model
+
     config, target, _ = CONFIG_JOBS[args.train_command]
     module, function = target.split(":")
     run = getattr(importlib.import_module(f"spanseek.trainer.{module}"), function)
@@ -59,17 +61,22 @@ def _config_job(args: argparse.Namespace) -> int:
                                  local_rank=int(env.get("LOCAL_RANK", 0)))
     options = from_args(config, args, **given)  # an option out of range is refused here
     # the files every job reads and writes, checked before it loads a model for minutes
-    given_path(options.train, "--train")
+    given_path(options.train, "--train", file=True)
+    for field, flag in (("model", "--model"), ("init_from", "--init-from")):  # (the phrase models a job starts from)
+        given_model(getattr(options, field, None), flag)
     check_writable(options.out)
     print(json.dumps(run(options), indent=2))
     return 0
 
 
 def _mine(args: argparse.Namespace) -> int:
+    from spanseek.core.model import given_model
     from spanseek.trainer.mining import mine
 
     check_writable(args.out)  # named now, not as its OUT.parts folder once the training file is read
-    out = mine(given_path(args.train, "--train"), args.out, miner=args.miner, top_k=args.top_k, keep=args.keep, index=args.index,
+    train = given_path(args.train, "--train", file=True)
+    given_model(args.model, "--model")
+    out = mine(train, args.out, miner=args.miner, top_k=args.top_k, keep=args.keep, index=args.index,
                model=args.model, limit_questions=args.limit_questions)
     print(f"wrote {out}")
     return 0
@@ -78,7 +85,7 @@ def _mine(args: argparse.Namespace) -> int:
 def _valsets(args: argparse.Namespace) -> int:
     from spanseek.trainer.validation import build_validation_sets
 
-    print(json.dumps(build_validation_sets(given_path(args.train, "--train"), args.out, n_questions=args.questions, bm25_k=args.bm25_k,
+    print(json.dumps(build_validation_sets(given_path(args.train, "--train", file=True), args.out, n_questions=args.questions, bm25_k=args.bm25_k,
                                            reference_extra=args.reference_extra), indent=2))
     return 0
 

@@ -257,7 +257,7 @@ def test_the_cli_refuses_a_mistyped_init_from_in_one_line_and_makes_no_out(tmp_p
     assert main(["train", "phrase", "--train", str(tiny_squad), "--out", str(out), "--init-from", "defualt",
                  "--device", "cpu", "--no-progress"]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith(("INFO", "WARNING"))]
-    assert err == ["spanseek train phrase: error: defualt: not a spanseek model directory (there is no such directory) nor "
+    assert err == ["spanseek train phrase: error: --init-from defualt: not a spanseek model directory (there is no such directory) nor "
                    "a bundled model (bundled: base, default, default-2026-11)"]
     assert not out.exists()
 
