@@ -79,7 +79,7 @@ def check_servable(settings: Settings) -> Path:
     from spanseek.core.encoding import pick_device
     from spanseek.core.io import naming_flag
     from spanseek.core.loading import builder_name, check_search_device, index_model
-    from spanseek.core.model import CONFIG_NAME, model_fingerprint, phrase_fingerprint
+    from spanseek.core.model import CONFIG_NAME, given_model, model_fingerprint, phrase_fingerprint
     from spanseek.core.phrase_index import IndexFormatError, check_index
     from spanseek.service.live import follow_pointer_problem
 
@@ -92,6 +92,7 @@ def check_servable(settings: Settings) -> Path:
                          f"naming one (read as one: {e.strerror})") from None
     with naming_flag(setting_names("index"), IndexFormatError) if not target.is_dir() else nullcontext():
         manifest = check_index(target)  # (missing, or a file: said naming the setting, as the lines above)
+    given_model(settings.model, setting_names("model"))  # (a file, a folder of no model: said naming the setting)
     model_dir = index_model(manifest, settings.model, target)
     try:
         manifest.check_model(EncoderConfig.load(model_dir / CONFIG_NAME), model_fingerprint(model_dir),

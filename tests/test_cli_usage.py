@@ -711,3 +711,14 @@ def test_python_dash_m_spanseek_runs_the_command():
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("spanseek: error: "), proc.stderr
     assert "did you mean 'search'?" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("kind", ["file", "folder"])
+def test_serve_names_its_model_setting_given_a_path_that_holds_no_model(tiny_index, tmp_path, capsys, kind):
+    """`serve --model weights.safetensors` said "weights.safetensors: a file, not a model" with neither the flag nor
+    the variable that gave it; the line now names both, as the index's does."""
+    given = tmp_path / "given"
+    given.mkdir() if kind == "folder" else given.write_text("")
+    status, out, err = failure(["serve", "--index", str(tiny_index), "--model", str(given)], capsys)
+    said = MODEL_FILE if kind == "file" else NO_MODEL
+    assert (status, out, err) == (2, "", [f"spanseek serve: error: --model / SPANSEEK_MODEL {given}: {said}"])
