@@ -33,36 +33,37 @@ def key_problem(key: str) -> str | None:
     return None
 
 
-def read_key_file(path: str | Path) -> str:
+def read_key_file(path: str | Path, named: str = "key file") -> str:
     """The key held in the file ``path``: its one line, a line end after it left out (``echo KEY > file`` writes
     one). A pipe (``<(pass show key)``, a /dev/fd path, a FIFO) is read once, until its writer closes it, as ``cat``
     would; reading stops past ``MAX_KEY_FILE_BYTES`` whatever the file is (/dev/zero). A ValueError names the file,
     never the key, when it cannot be read, is a directory, holds no key, holds more than one line, or a key
-    ``key_problem`` refuses."""
+    ``key_problem`` refuses; ``named``: how the message names the file's setting (``--api-key-file``), before its
+    path."""
     path = Path(path)
     try:
         if path.is_dir():
-            raise ValueError(f"key file {path}: a directory, not a file")
+            raise ValueError(f"{named} {path}: a directory, not a file")
         with open(path, "rb") as f:
             data = f.read(MAX_KEY_FILE_BYTES + 1)
     except FileNotFoundError:
-        raise ValueError(f"key file {path}: no such file") from None
+        raise ValueError(f"{named} {path}: no such file") from None
     except OSError as e:
-        raise ValueError(f"key file {path}: unreadable ({e.strerror or e})") from None
+        raise ValueError(f"{named} {path}: unreadable ({e.strerror or e})") from None
     if len(data) > MAX_KEY_FILE_BYTES:
-        raise ValueError(f"key file {path}: larger than {MAX_KEY_FILE_BYTES:,} bytes, which no key is; is it the "
+        raise ValueError(f"{named} {path}: larger than {MAX_KEY_FILE_BYTES:,} bytes, which no key is; is it the "
                          f"right file?")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise ValueError(f"key file {path}: not UTF-8 text") from None
+        raise ValueError(f"{named} {path}: not UTF-8 text") from None
     key = text.removesuffix("\n").removesuffix("\r")
     if not key.strip():
-        raise ValueError(f"key file {path}: holds no key (it is empty or blank)")
+        raise ValueError(f"{named} {path}: holds no key (it is empty or blank)")
     if "\n" in key or "\r" in key:
-        raise ValueError(f"key file {path}: holds more than one line; write the key alone on one line")
+        raise ValueError(f"{named} {path}: holds more than one line; write the key alone on one line")
     if (problem := key_problem(key)) is not None:
-        raise ValueError(f"key file {path}: {problem}")
+        raise ValueError(f"{named} {path}: {problem}")
     return key
 
 

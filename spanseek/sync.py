@@ -676,7 +676,8 @@ def _api_key(args: argparse.Namespace) -> str | None:
         return None if key is None else str(key)
     if (warning := key_file_warning(str(path))) is not None:
         sys.stderr.write(f"warning: {warning}\n")
-    return read_key_file(str(path))
+    # (named as the flag or the variable that gave it: which of the two was wrong)
+    return read_key_file(str(path), "--api-key-file" if path == args.api_key_file else "SPANSEEK_API_KEY_FILE")
 
 
 def _run(args: argparse.Namespace) -> int:

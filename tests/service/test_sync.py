@@ -231,7 +231,21 @@ def test_the_write_key_is_read_from_a_file_and_a_key_on_the_command_line_is_warn
     monkeypatch.delenv("SPANSEEK_API_KEY")
     key_file.write_text("")
     assert main(["sync", str(docs), "--url", url, "--api-key-file", str(key_file)]) == 2
-    assert f"key file {key_file}: holds no key" in capsys.readouterr().err
+    assert f"error: --api-key-file {key_file}: holds no key" in capsys.readouterr().err
+
+
+def test_a_key_file_that_cannot_be_used_is_named_by_the_flag_or_variable_that_gave_it(tmp_path, capsys, monkeypatch):
+    """A key file that was missing, a folder or empty was said as "key file PATH: ...", naming neither --api-key-file
+    nor SPANSEEK_API_KEY_FILE: with one in a script's environment and the other in its command, which was wrong? The
+    line now names the one that gave it."""
+    docs = folder(tmp_path / "docs", {"a.txt": "In 1450 Gala built the harbour bridge."})
+    monkeypatch.delenv("SPANSEEK_API_KEY", raising=False)
+    monkeypatch.setenv("SPANSEEK_API_KEY_FILE", str(docs))
+    argv = ["sync", str(docs), "--url", "http://127.0.0.1:9"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == f"spanseek sync: error: SPANSEEK_API_KEY_FILE {docs}: a directory, not a file\n"
+    assert main([*argv, "--api-key-file", str(tmp_path / "missing")]) == 2
+    assert capsys.readouterr().err == f"spanseek sync: error: --api-key-file {tmp_path / 'missing'}: no such file\n"
 
 
 class EditingClient(Client):
