@@ -5,9 +5,10 @@
 Each (question, gold passage) pair becomes windows of at most ``max_len`` tokens (long passages strided); a window's
 targets are the answer's first and last tokens, or the first token ([CLS]) when the answer is not inside it (the
 standard SQuAD recipe). Steps take length-grouped batches (dynamic padding: about 1.5x faster than padding every
-window to ``max_len``), under bf16 autocast where the CPU or GPU runs it faster. The run resumes from ``OUT/last`` (weights,
-optimizer, schedule, step), keeps a reader every ``snapshot_every`` steps in ``OUT/snapshots`` (to average the last
-few: ``spanseek train average``) and ends by reading ``val_questions`` held-out questions from their gold passages.
+window to ``max_len``), under bf16 autocast where the CPU or GPU runs it faster. The run resumes from ``OUT/last``
+(weights, optimizer, schedule, step and torch's random state, so that a resumed run ends where the uninterrupted one
+does), keeps a reader every ``snapshot_every`` steps in ``OUT/snapshots`` (to average the last few: ``spanseek train
+average``) and ends by reading ``val_questions`` held-out questions from their gold passages.
 With ``--teacher`` (a stronger reader, or a complete teacher cache of one: ``bench/gpu/teacher_cache.py fill --for
 reader``) each step adds ``lambda_kl`` times the KL divergence of the start and end distributions over the window's
 passage tokens from the teacher's (trainer.distill, the teacher's logits read once into a cache).
@@ -67,7 +68,7 @@ from spanseek.trainer.rundir import (
     examples_digest,
     run_lock,
 )
-from spanseek.trainer.state import optimizer_and_resume
+from spanseek.trainer.state import optimizer_and_resume, rng_state, set_rng_state
 from spanseek.trainer.stopping import StopAfterStep
 from spanseek.trainer.summary import SUMMARY, after_loop, checkpoint_saved
 
@@ -236,6 +237,7 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
     order, order_epoch, loss_ema, t0, seen = [], -1, None, time.perf_counter(), 0
     model.train()
     fast_dropout(model, device)  # on the CPU: the same dropout, its masks drawn 2.4x faster (trainer.dropout)
+    set_rng_state(state.get("rng"), device)  # a resumed run draws the dropout masks the uninterrupted run would have
     with StopAfterStep(total, after_loop(out, bool(cfg.val_questions))) as stop:  # Ctrl-C: a clean stop
         while step < total:
             epoch, pos = divmod(step, steps_per_epoch)
@@ -271,7 +273,8 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
             stopping = stop.requested  # read once: the save below is the one the stop relies on
             if step % cfg.checkpoint_every == 0 or step == total or stopping:
                 master = {n: t.detach().cpu().clone() for n, t in model.saved_state().items()}
-                saved = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step, "master": master}
+                saved = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step, "master": master,
+                         "rng": rng_state(device)}
                 save_checkpoint(model, out, "last", saved, trained)  # type: ignore[arg-type] (any model with save())
                 checkpoint_saved(out)
             if cfg.snapshot_every and step % cfg.snapshot_every == 0:

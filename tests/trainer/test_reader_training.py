@@ -3,6 +3,7 @@ that a run resumes where it stopped, and that the fitted reading file is what a 
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import shutil
@@ -48,6 +49,36 @@ def test_the_reader_trains_without_held_out_or_reserved_articles_and_resumes(tin
     reader = PassageReader.load(resolve_reader(out / "last"))
     [[span]] = reader.read(["Who built it?"], ["In 1500 Alba built the bridge."])
     assert span.text and span.text in "In 1500 Alba built the bridge."
+
+
+def test_a_killed_and_resumed_reader_run_ends_with_the_weights_of_an_uninterrupted_one(tiny_squad, tiny_backbone,
+                                                                                      tmp_path, monkeypatch):
+    """A reader run of 3 steps killed in its last step and resumed from its step-2 checkpoint ends bit for bit where the same run
+    without the kill does: torch's random state (the dropout masks) is saved with the checkpoint. The resumed run drew
+    the masks of the run's first steps again, and ended up to 8e-5 away."""
+    whole = dataclasses.replace(config(tiny_squad, tiny_backbone, tmp_path / "whole", max_steps=3, val_questions=0),
+                                checkpoint_every=2)
+    train_reader(whole)
+    steps = []
+    real_step = torch.optim.AdamW.step
+
+    def killed_in_step_3(self, *a, **k):
+        steps.append(1)
+        if len(steps) == 3:
+            raise KeyboardInterrupt
+        return real_step(self, *a, **k)
+
+    resumed = dataclasses.replace(whole, out=str(tmp_path / "resumed"))
+    with monkeypatch.context() as m:
+        m.setattr(torch.optim.AdamW, "step", killed_in_step_3)
+        with pytest.raises(KeyboardInterrupt):
+            train_reader(resumed)
+    assert torch.load(tmp_path / "resumed" / "last" / "trainer_state.pt", weights_only=False)["step"] == 2
+    assert train_reader(resumed)["steps"] == 3
+    ours, theirs = (torch.load(tmp_path / run / "last" / "trainer_state.pt", weights_only=False)["master"]
+                    for run in ("whole", "resumed"))
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[name], theirs[name]) for name in ours), "the resumed run ended elsewhere"
 
 
 def test_a_run_initialised_from_a_reader_starts_from_its_master_weights(tiny_squad, tiny_backbone, tmp_path,
