@@ -21,14 +21,12 @@ import itertools
 import logging
 import math
 import random
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from spanseek.core.encoding import autocast, pad_batch, pick_device, pick_precision
 from spanseek.core.evaluate import trained_questions
@@ -59,6 +57,7 @@ from spanseek.trainer.data import answered, load_training, training_questions
 from spanseek.trainer.distill import check_teacher, reader_teacher_tensors, reader_windows, teacher_cache
 from spanseek.trainer.dropout import fast_dropout
 from spanseek.trainer.losses import NEG_INF, masked_kl
+from spanseek.trainer.progress import Progress
 from spanseek.trainer.rundir import (
     TRAIN_CONFIG,
     Trained,
@@ -70,7 +69,7 @@ from spanseek.trainer.rundir import (
 )
 from spanseek.trainer.state import optimizer_and_resume, rng_state, set_rng_state
 from spanseek.trainer.stopping import StopAfterStep
-from spanseek.trainer.summary import SUMMARY, after_loop, checkpoint_saved
+from spanseek.trainer.summary import SUMMARY, RunSoFar, after_loop, checkpoint_saved
 
 log = logging.getLogger(__name__)
 
@@ -233,8 +232,10 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
         taught = reader_windows(questions, windows)
         teacher = teacher_cache(cfg, [w for w in taught if w is not None], device, precision)
     pad_id = int(tokenizer.pad_token_id or 0)
-    bar = tqdm(total=total, initial=step, desc="reader", unit="step", disable=not cfg.progress)
-    order, order_epoch, loss_ema, t0, seen = [], -1, None, time.perf_counter(), 0
+    # a resumed run's summary covers the whole run: the parts before it kept their time and windows in the state
+    before = RunSoFar.of(state, step if step < total else None)
+    progress = Progress("reader", total, step, cfg.progress, rate="windows_s")
+    order, order_epoch = [], -1
     model.train()
     fast_dropout(model, device)  # on the CPU: the same dropout, its masks drawn 2.4x faster (trainer.dropout)
     set_rng_state(state.get("rng"), device)  # a resumed run draws the dropout masks the uninterrupted run would have
@@ -266,27 +267,23 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
             opt.step()
             sched.step()
             step += 1
-            seen += len(batch)
-            loss_ema = loss.item() if loss_ema is None else 0.98 * loss_ema + 0.02 * loss.item()
-            bar.set_postfix(loss=f"{loss_ema:.3f}", windows_s=f"{seen / (time.perf_counter() - t0):.1f}")
-            bar.update(1)
+            progress.step_done(loss.item(), len(batch))
             stopping = stop.requested  # read once: the save below is the one the stop relies on
             if step % cfg.checkpoint_every == 0 or step == total or stopping:
                 master = {n: t.detach().cpu().clone() for n, t in model.saved_state().items()}
                 saved = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step, "master": master,
-                         "rng": rng_state(device)}
+                         "rng": rng_state(device), **progress.run(before).state()}
                 save_checkpoint(model, out, "last", saved, trained)  # type: ignore[arg-type] (any model with save())
                 checkpoint_saved(out)
             if cfg.snapshot_every and step % cfg.snapshot_every == 0:
                 save_snapshot(model, out, step, trained)
             if stopping:  # Ctrl-C or SIGTERM: this step finished and its checkpoint is saved
                 stop.stop_here(step, out / "last")
-    bar.close()
-    elapsed = time.perf_counter() - t0
+    progress.close()
     summary: dict[str, Any] = {
         "reader": str(out / "last"), "config": reader_config.__dict__, "steps": step, "total_steps": total,
-        "train_questions": len(questions), "negative_passages": len(negatives), "train_windows": len(lengths), "seconds": round(elapsed, 1),
-        "windows_per_second": round(seen / elapsed, 2) if seen else None, "precision": precision,
+        "train_questions": len(questions), "negative_passages": len(negatives), "train_windows": len(lengths),
+        **progress.run(before).summary("windows_per_second"), "precision": precision,
         "device": str(device), "batch_size": cfg.batch_size, "lr": cfg.lr,
         "teacher": cfg.teacher, "lambda_kl": cfg.lambda_kl,
     }

@@ -36,12 +36,12 @@ def checkpoint_saved(out: Path) -> None:
 @dataclasses.dataclass(frozen=True)
 class RunSoFar:
     """What a run's summary adds up over its parts (a run stopped and resumed is trained in several processes): the
-    seconds spent in the training loop and the questions trained on, up to the last checkpoint, and the steps each
-    resumed part started at. Saved with each checkpoint; a checkpoint written before they were has none (the
-    summary then covers the parts since)."""
+    seconds spent in the training loop and the examples trained on (questions; a reader's windows), up to the last
+    checkpoint, and the steps each resumed part started at. Saved with each checkpoint; a checkpoint written before
+    they were has none (the summary then covers the parts since)."""
 
     seconds: float = 0.0
-    questions: int = 0
+    examples: int = 0
     resumed_at: tuple[int, ...] = ()
 
     @classmethod
@@ -53,14 +53,19 @@ class RunSoFar:
         return cls(float(state.get("run_seconds", 0.0)), int(state.get("run_questions", 0)),
                    (*state.get("resumed_at", ()), *(() if step is None else (step,))))
 
-    def plus(self, seconds: float, questions: int) -> RunSoFar:
-        """With this part's time and questions so far."""
-        return dataclasses.replace(self, seconds=self.seconds + seconds, questions=self.questions + questions)
+    def plus(self, seconds: float, examples: int) -> RunSoFar:
+        """With this part's time and examples so far."""
+        return dataclasses.replace(self, seconds=self.seconds + seconds, examples=self.examples + examples)
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps of it."""
-        return {"run_seconds": self.seconds, "run_questions": self.questions, "resumed_at": list(self.resumed_at)}
+        return {"run_seconds": self.seconds, "run_questions": self.examples, "resumed_at": list(self.resumed_at)}
 
+    def summary(self, rate: str) -> dict[str, Any]:
+        """What a summary says of it: the seconds, the examples a second as ``rate``, and the steps it resumed at."""
+        return {"seconds": round(self.seconds, 1),
+                rate: round(self.examples / self.seconds, 2) if self.examples and self.seconds > 0 else None,
+                **({"resumed_at": list(self.resumed_at)} if self.resumed_at else {})}
 
 
 def loop_summary(run: RunSoFar, steps: int, windows: int, questions: int, precision: str, device: str,
@@ -70,9 +75,7 @@ def loop_summary(run: RunSoFar, steps: int, windows: int, questions: int, precis
         "steps": steps,
         "train_questions": questions,
         "train_windows": windows,
-        "seconds": round(run.seconds, 1),
-        "questions_per_second": round(run.questions / run.seconds, 2) if run.questions and run.seconds > 0 else None,
-        **({"resumed_at": list(run.resumed_at)} if run.resumed_at else {}),
+        **run.summary("questions_per_second"),
         "precision": precision,
         "device": device,
         "world_size": world,

@@ -17,3 +17,23 @@ def squad_file(tmp_path_factory):
     with gzip.open(path, "wt", encoding="utf-8") as f:
         json.dump(make_squad(n_articles=40), f)
     return path
+
+
+@pytest.fixture
+def ticking_clock(monkeypatch):
+    """A clock for the training progress (trainer.progress) that moves 10 s a reading, so a run's times are exact."""
+    import time as real_time
+
+    from spanseek.trainer import progress
+
+    class Clock:
+        now = 0.0
+
+        def perf_counter(self) -> float:
+            self.now += 10.0
+            return self.now
+
+        def __getattr__(self, name):
+            return getattr(real_time, name)
+
+    monkeypatch.setattr(progress, "time", Clock())

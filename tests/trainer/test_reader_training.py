@@ -51,14 +51,16 @@ def test_the_reader_trains_without_held_out_or_reserved_articles_and_resumes(tin
     assert span.text and span.text in "In 1500 Alba built the bridge."
 
 
-def test_a_killed_and_resumed_reader_run_ends_with_the_weights_of_an_uninterrupted_one(tiny_squad, tiny_backbone,
-                                                                                      tmp_path, monkeypatch):
-    """A reader run of 3 steps killed in its last step and resumed from its step-2 checkpoint ends bit for bit where the same run
-    without the kill does: torch's random state (the dropout masks) is saved with the checkpoint. The resumed run drew
-    the masks of the run's first steps again, and ended up to 8e-5 away."""
+def test_a_killed_and_resumed_reader_run_ends_with_the_weights_of_an_uninterrupted_one_and_summarises_it_whole(
+        tiny_squad, tiny_backbone, tmp_path, monkeypatch, ticking_clock):
+    """A reader run of 3 steps killed in its last step and resumed from its step-2 checkpoint ends bit for bit where
+    the same run without the kill does: torch's random state (the dropout masks) is saved with the checkpoint (the
+    resumed run drew the masks of the run's first steps again, and ended up to 8e-5 away). Its summary covers the
+    whole run, as a phrase run's does: the seconds and windows of the part before the kill (kept in the checkpoint)
+    and the step it resumed at; it gave the resumed part's only. (A clock that moves 10 s a reading.)"""
     whole = dataclasses.replace(config(tiny_squad, tiny_backbone, tmp_path / "whole", max_steps=3, val_questions=0),
                                 checkpoint_every=2)
-    train_reader(whole)
+    assert "resumed_at" not in train_reader(whole)
     steps = []
     real_step = torch.optim.AdamW.step
 
@@ -73,8 +75,13 @@ def test_a_killed_and_resumed_reader_run_ends_with_the_weights_of_an_uninterrupt
         m.setattr(torch.optim.AdamW, "step", killed_in_step_3)
         with pytest.raises(KeyboardInterrupt):
             train_reader(resumed)
-    assert torch.load(tmp_path / "resumed" / "last" / "trainer_state.pt", weights_only=False)["step"] == 2
-    assert train_reader(resumed)["steps"] == 3
+    first = torch.load(tmp_path / "resumed" / "last" / "trainer_state.pt", weights_only=False)
+    assert first["step"] == 2 and first["run_seconds"] >= 2 * 10.0 and first["run_questions"] > 0
+    summary = train_reader(resumed)
+    last = torch.load(tmp_path / "resumed" / "last" / "trainer_state.pt", weights_only=False)
+    assert summary["steps"] == 3 and summary["resumed_at"] == [2]
+    assert summary["seconds"] >= first["run_seconds"] + 10.0 and last["run_questions"] > first["run_questions"]
+    assert summary["windows_per_second"] == pytest.approx(last["run_questions"] / summary["seconds"], abs=0.01)
     ours, theirs = (torch.load(tmp_path / run / "last" / "trainer_state.pt", weights_only=False)["master"]
                     for run in ("whole", "resumed"))
     assert ours.keys() == theirs.keys()

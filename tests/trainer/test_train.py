@@ -26,7 +26,6 @@ from spanseek.core.io import load_squad, squad_questions
 from spanseek.core.model import PhraseModel, load_model, load_tokenizer
 from spanseek.trainer import checkpoints as checkpoints_module
 from spanseek.trainer import loop as loop_module
-from spanseek.trainer import progress as progress_module
 from spanseek.trainer.data import build_windows, collate
 from spanseek.trainer.losses import LossConfig, phrase_loss
 from spanseek.trainer.train import STATE, TrainConfig, train_phrase
@@ -152,24 +151,11 @@ def test_an_interrupted_and_resumed_run_ends_with_the_weights_of_an_uninterrupte
     assert all(torch.equal(whole[n], again[n]) for n in whole)
 
 
-def test_a_resumed_run_summarises_the_whole_run(tmp_path, tiny_squad, tiny_config, monkeypatch):
+def test_a_resumed_run_summarises_the_whole_run(tmp_path, tiny_squad, tiny_config, ticking_clock):
     """A resumed run's summary gave the seconds and question rate of its resumed part only (a run of 6 steps stopped at
     3 summarised 3 steps' time as the run's). The checkpoint now keeps the time and questions of the parts before, so
     the summary covers the whole run, and says at which steps it was resumed. (A clock that moves 10 s a reading
     makes the times exact.)"""
-    import time as real_time
-
-    class Clock:
-        now = 0.0
-
-        def perf_counter(self) -> float:
-            self.now += 10.0
-            return self.now
-
-        def __getattr__(self, name):
-            return getattr(real_time, name)
-
-    monkeypatch.setattr(progress_module, "time", Clock())
     cfg = dataclasses.replace(tiny_train_config(tiny_squad, tiny_config, tmp_path / "whole"), max_steps=6,
                               checkpoint_every=100)
     whole = train_phrase(cfg)
