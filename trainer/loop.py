@@ -99,7 +99,7 @@ def train_loop(
     pre_on = int(cfg.prebatch_warmup * total)
     # a resumed run's summary covers the whole run: the parts before it kept their time and questions in the state
     before = RunSoFar.of(state, step if step < end else None)
-    progress = Progress(mode.name, total, step, cfg.progress and dist.is_main)
+    progress = Progress(mode.name, total, step, cfg.progress and dist.is_main, before)
     order: list[list[int]] = []
     order_epoch = -1
     stopper = StopAfterStep(end, after_loop(out, bool(cfg.val_questions)))
@@ -122,7 +122,7 @@ def train_loop(
             progress.step_done(loss.item(), len(batch.q_passage))
             stopping = stop.requested  # read once: the save below is the one the stop relies on
             if dist.is_main and (step % cfg.checkpoint_every == 0 or step == end or stopping):
-                saved = training_state(opt, sched, step, prebatch, device, progress.run(before))
+                saved = training_state(opt, sched, step, prebatch, device, progress.run())
                 save_checkpoint(model, out, "last", saved | mode.state_dict(), trained)
                 checkpoint_saved(out)
             if dist.is_main and cfg.snapshot_every and step % cfg.snapshot_every == 0:
@@ -130,7 +130,7 @@ def train_loop(
             if stopping:  # Ctrl-C or SIGTERM: this step finished and its checkpoint is saved
                 stop.stop_here(step, out / "last")
     progress.close()
-    run = progress.run(before)
+    run = progress.run()
     if dist.enabled:
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()

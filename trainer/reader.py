@@ -69,7 +69,7 @@ from spanseek.trainer.rundir import (
 )
 from spanseek.trainer.state import optimizer_and_resume, rng_state, set_rng_state
 from spanseek.trainer.stopping import StopAfterStep
-from spanseek.trainer.summary import SUMMARY, RunSoFar, after_loop, checkpoint_saved
+from spanseek.trainer.summary import SUMMARY, RunSoFar, after_loop, checkpoint_saved, run_data
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +234,7 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
     pad_id = int(tokenizer.pad_token_id or 0)
     # a resumed run's summary covers the whole run: the parts before it kept their time and windows in the state
     before = RunSoFar.of(state, step if step < total else None)
-    progress = Progress("reader", total, step, cfg.progress, rate="windows_s")
+    progress = Progress("reader", total, step, cfg.progress, before, rate="windows_s")
     order, order_epoch = [], -1
     model.train()
     fast_dropout(model, device)  # on the CPU: the same dropout, its masks drawn 2.4x faster (trainer.dropout)
@@ -272,7 +272,7 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
             if step % cfg.checkpoint_every == 0 or step == total or stopping:
                 master = {n: t.detach().cpu().clone() for n, t in model.saved_state().items()}
                 saved = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step, "master": master,
-                         "rng": rng_state(device), **progress.run(before).state()}
+                         "rng": rng_state(device), **progress.run().state()}
                 save_checkpoint(model, out, "last", saved, trained)  # type: ignore[arg-type] (any model with save())
                 checkpoint_saved(out)
             if cfg.snapshot_every and step % cfg.snapshot_every == 0:
@@ -281,9 +281,9 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
                 stop.stop_here(step, out / "last")
     progress.close()
     summary: dict[str, Any] = {
-        "reader": str(out / "last"), "config": reader_config.__dict__, "steps": step, "total_steps": total,
+        **run_data(cfg), "reader": str(out / "last"), "config": reader_config.__dict__, "steps": step, "total_steps": total,
         "train_questions": len(questions), "negative_passages": len(negatives), "train_windows": len(lengths),
-        **progress.run(before).summary("windows_per_second"), "precision": precision,
+        **progress.run().summary("windows_per_second"), "precision": precision,
         "device": str(device), "batch_size": cfg.batch_size, "lr": cfg.lr,
         "teacher": cfg.teacher, "lambda_kl": cfg.lambda_kl,
     }

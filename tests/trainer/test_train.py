@@ -28,6 +28,8 @@ from spanseek.trainer import checkpoints as checkpoints_module
 from spanseek.trainer import loop as loop_module
 from spanseek.trainer.data import build_windows, collate
 from spanseek.trainer.losses import LossConfig, phrase_loss
+from spanseek.trainer.progress import Progress
+from spanseek.trainer.summary import RunSoFar
 from spanseek.trainer.train import STATE, TrainConfig, train_phrase
 
 
@@ -140,11 +142,13 @@ def test_an_interrupted_and_resumed_run_ends_with_the_weights_of_an_uninterrupte
     with the checkpoint. The resumed run started with an empty queue and other dropout masks."""
     cfg = dataclasses.replace(tiny_train_config(tiny_squad, tiny_config, tmp_path / "whole"), max_steps=6,
                               checkpoint_every=100, prebatch=2, prebatch_warmup=0.0)
-    train_phrase(cfg)
+    whole_summary = train_phrase(cfg)
     resumed = dataclasses.replace(cfg, out=str(tmp_path / "resumed"))
     assert train_phrase(dataclasses.replace(resumed, stop_after=3))["steps"] == 3
     assert len(torch.load(tmp_path / "resumed" / "last" / STATE, weights_only=False)["prebatch"]) == 2
-    assert train_phrase(resumed)["steps"] == 6
+    again_summary = train_phrase(resumed)
+    assert again_summary["steps"] == 6
+    assert again_summary["loss"] == whole_summary["loss"]  # the smoothed loss goes on from the checkpoint's
     whole = load_model(tmp_path / "whole" / "last", for_inference=False).saved_state()
     again = load_model(tmp_path / "resumed" / "last", for_inference=False).saved_state()
     assert whole.keys() == again.keys()
@@ -172,6 +176,20 @@ def test_a_resumed_run_summarises_the_whole_run(tmp_path, tiny_squad, tiny_confi
     # the first part's seconds and the second's (at least a clock reading of 10 s a step)
     assert second["seconds"] >= max(second_state["run_seconds"], first["seconds"] + 3 * 10.0)
     assert second["questions_per_second"] == pytest.approx(second_state["run_questions"] / second["seconds"], abs=0.01)
+
+
+def test_the_progress_loss_weighs_recent_steps_from_the_first_one():
+    """The bar's loss is a moving average of about 50 steps corrected for its start: after a first step at 10 and 29
+    at 8 it shows 8.05, the weighted mean of the steps (weights 0.98 ** age). It started the average at the first
+    step's loss, which then kept 0.98 ** 29 of the weight: 9.11 after 30 steps."""
+    progress = Progress("train", 30, 0, False, RunSoFar())
+    losses = [10.0] + [8.0] * 29
+    for loss in losses:
+        progress.step_done(loss, 1)
+    weights = [0.98 ** (len(losses) - 1 - i) for i in range(len(losses))]
+    mean = sum(w * x for w, x in zip(weights, losses, strict=True)) / sum(weights)
+    assert progress.loss.value == pytest.approx(mean) and mean < 8.1
+    assert progress.run().summary("questions_per_second")["loss"] == round(mean, 4)
 
 
 def ctrl_c_in_step(monkeypatch, n: int, calls: list):
@@ -405,6 +423,9 @@ def test_cli_train_phrase(tmp_path, tiny_squad, tiny_backbone, capsys):
     assert main(args) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["steps"] == 2 and summary["skipped"]["no_window"] == 0
+    # what the run was: its data (a full path) and seed, and its loss at the end; OUT/summary.json says the same
+    assert summary["train"] == str(Path(tiny_squad).resolve()) and summary["seed"] == 0 and summary["loss"] > 0
+    assert json.loads((out / "summary.json").read_text()) == summary
     assert json.loads((out / "train_config.json").read_text())["loss"]["lambda_span"] == 0.5
     assert load_model(out / "last").config.question_mode == "separate"
     assert main([*args[:3], str(tmp_path / "missing.json"), *args[4:]]) == 2
