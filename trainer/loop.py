@@ -125,6 +125,7 @@ def train_loop(
                 saved = training_state(opt, sched, step, prebatch, device, progress.run())
                 save_checkpoint(model, out, "last", saved | mode.state_dict(), trained)
                 checkpoint_saved(out)
+                progress.saved(step, out / "last")
             if dist.is_main and cfg.snapshot_every and step % cfg.snapshot_every == 0:
                 save_snapshot(model, out, step, trained)
             if stopping:  # Ctrl-C or SIGTERM: this step finished and its checkpoint is saved

@@ -275,6 +275,7 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
                          "rng": rng_state(device), **progress.run().state()}
                 save_checkpoint(model, out, "last", saved, trained)  # type: ignore[arg-type] (any model with save())
                 checkpoint_saved(out)
+                progress.saved(step, out / "last")
             if cfg.snapshot_every and step % cfg.snapshot_every == 0:
                 save_snapshot(model, out, step, trained)
             if stopping:  # Ctrl-C or SIGTERM: this step finished and its checkpoint is saved

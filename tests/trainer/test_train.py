@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 from pathlib import Path
 
 import numpy as np
@@ -190,6 +191,21 @@ def test_the_progress_loss_weighs_recent_steps_from_the_first_one():
     mean = sum(w * x for w, x in zip(weights, losses, strict=True)) / sum(weights)
     assert progress.loss.value == pytest.approx(mean) and mean < 8.1
     assert progress.run().summary("questions_per_second")["loss"] == round(mean, 4)
+
+
+def test_without_a_progress_bar_each_checkpoint_logs_the_step_loss_rate_and_time_left(tmp_path, tiny_squad,
+                                                                                     tiny_config, caplog):
+    """A run without its bar (--no-progress: a job whose output goes to a log) logged nothing of its steps, loss or
+    time left from its start to its summary; each checkpoint now says them, with what the bar would show."""
+    out = tmp_path / "run"
+    cfg = dataclasses.replace(tiny_train_config(tiny_squad, tiny_config, out), max_steps=2, checkpoint_every=1)
+    with caplog.at_level(logging.INFO, logger="spanseek.trainer"):
+        summary = train_phrase(cfg)
+    lines = [r.getMessage() for r in caplog.records if r.name == "spanseek.trainer.progress"]
+    assert [line.split(":")[0] for line in lines] == ["step 1/2", "step 2/2"]
+    assert all(re.fullmatch(rf"step \d/2: loss=\d+\.\d{{3}} qps=\d+\.\d, [\d:]+ left; saved {re.escape(str(out / 'last'))}",
+                            line) for line in lines), lines
+    assert lines[-1].startswith(f"step 2/2: loss={summary['loss']:.3f} ")  # the summary's loss at the end
 
 
 def ctrl_c_in_step(monkeypatch, n: int, calls: list):
