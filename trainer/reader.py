@@ -68,7 +68,7 @@ from spanseek.trainer.rundir import (
     run_lock,
 )
 from spanseek.trainer.state import optimizer_and_resume, rng_state, set_rng_state
-from spanseek.trainer.stopping import StopAfterStep
+from spanseek.trainer.stopping import StopAfterStep, after_training
 from spanseek.trainer.summary import SUMMARY, RunSoFar, after_loop, checkpoint_saved, run_data
 
 log = logging.getLogger(__name__)
@@ -293,6 +293,7 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
         val = squad_questions(held)
         val = random.Random(0).sample(val, min(cfg.val_questions, len(val)))
         reader = PassageReader(model, tokenizer, precision=precision)
-        summary["validation"] = reading_comprehension(reader, val, progress=cfg.progress)
+        with after_training(step, out / "last", after_loop(out, True)):
+            summary["validation"] = reading_comprehension(reader, val, progress=cfg.progress)
     write_json_atomic(out / SUMMARY, summary)
     return summary

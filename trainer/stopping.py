@@ -1,4 +1,5 @@
-"""Stopping a training run cleanly on Ctrl-C or SIGTERM: the step under way finishes and its checkpoint is saved.
+"""Stopping a training run cleanly on Ctrl-C or SIGTERM: the step under way finishes and its checkpoint is saved; a
+Ctrl-C in the run's validation, after its training, says that the same command validates without training again.
 
     spanseek train phrase --train squad-train.json.gz --out runs/phrase   (Ctrl-C: "interrupted: stopped at step N")
 """
@@ -8,10 +9,30 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from spanseek.indexer.interrupt import taking_stops
+
+
+def trained_message(step: int, checkpoint: Path, after_loop: str) -> str:
+    """What a run stopped once its training was done (its last ``step`` saved as ``checkpoint``) says: the same
+    command does what the run does ``after_loop``, training no step."""
+    return (f"stopped after the last step ({step}), saved as {checkpoint}; the same command {after_loop} without "
+            "training again")
+
+
+@contextlib.contextmanager
+def after_training(step: int, checkpoint: Path, after_loop: str) -> Iterator[None]:
+    """What a run does after its training (its validation): a Ctrl-C there says, as one in the last step does, that
+    the training is done and what the same command does (``trained_message``); it said "interrupted" alone."""
+    try:
+        yield
+    except KeyboardInterrupt as e:
+        if str(e):  # it says where the run stands already
+            raise
+        raise KeyboardInterrupt(trained_message(step, checkpoint, after_loop)) from None
 
 
 class StopAfterStep:
@@ -47,8 +68,7 @@ class StopAfterStep:
         because ``requested`` was read True before the save (a signal that comes during the save stops the run
         after the next step, not before its checkpoint)."""
         if step == self.last_step:
-            raise KeyboardInterrupt(f"stopped after the last step ({step}), saved as {checkpoint}; the same command "
-                                    f"{self.after_loop} without training again")
+            raise KeyboardInterrupt(trained_message(step, checkpoint, self.after_loop))
         raise KeyboardInterrupt(f"stopped at step {step}; the same command resumes from {checkpoint}")
 
     def __exit__(self, *exc: object) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from spanseek.core.io import load_squad, squad_questions, write_json_atomic
 from spanseek.trainer.arguments import JobOptions, TrainingOptions
+from spanseek.trainer.stopping import after_training
 
 SUMMARY = "summary.json"  # what a training run writes at its end, after its last step
 
@@ -145,8 +146,9 @@ def finish(cfg: TrainingOptions, summary: dict[str, Any], val_index: str | None 
     if cfg.val_questions:
         from spanseek.indexer.evaluate import run_eval
 
-        val = write_holdout(cfg, out / "validation.json.gz")
-        summary["validation"] = run_eval(val, out / "last", index=val_index, reading_comprehension=True,
-                                         limit=cfg.val_questions, progress=cfg.progress)
+        with after_training(summary["steps"], out / "last", after_loop(out, True)):
+            val = write_holdout(cfg, out / "validation.json.gz")
+            summary["validation"] = run_eval(val, out / "last", index=val_index, reading_comprehension=True,
+                                             limit=cfg.val_questions, progress=cfg.progress)
     write_json_atomic(out / SUMMARY, summary)
     return summary

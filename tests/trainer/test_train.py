@@ -330,6 +330,37 @@ def test_a_stop_on_the_last_step_says_the_same_command_writes_what_the_run_ends_
     assert not calls and json.loads((out / "summary.json").read_text())["steps"] == 3
 
 
+def test_ctrl_c_in_the_validation_says_the_same_command_validates_without_training(tmp_path, tiny_squad,
+                                                                                    tiny_config, monkeypatch, capsys):
+    """Ctrl-C while the run validated its last checkpoint (after its training) ended the command with
+    "interrupted" alone; its last line now says that the training is done and what the same command does, which
+    validates and writes the summary without training a step."""
+    from spanseek.indexer import evaluate
+
+    out = tmp_path / "run"
+    c = tiny_config
+    argv = ["train", "phrase", "--train", str(tiny_squad), "--out", str(out), "--backbone", c.backbone,
+            "--max-seq-len", str(c.max_seq_len), "--stride", str(c.stride), "--max-answer-tokens",
+            str(c.max_answer_tokens), "--max-steps", "1", "--batch-windows", "4", "--val-questions", "3",
+            "--holdout-every", "4", "--holdout-offset", "1", "--no-progress", "--precision", "fp32", "--device", "cpu"]
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt  # as Ctrl-C raises it, outside the training loop's handler
+
+    monkeypatch.setattr(evaluate, "run_eval", ctrl_c)
+    assert main(argv) == 130
+    last = capsys.readouterr().err.rstrip().splitlines()[-1]
+    assert last == (f"spanseek train phrase: interrupted: stopped after the last step (1), saved as {out / 'last'}; "
+                    f"the same command validates it on the held-out questions and writes {out / 'summary.json'} "
+                    "without training again")
+    calls: list = []
+    loss_fn = loop_module.phrase_loss
+    monkeypatch.setattr(loop_module, "phrase_loss", lambda *a, **k: calls.append(1) or loss_fn(*a, **k))
+    monkeypatch.setattr(evaluate, "run_eval", lambda *a, **k: {"n_questions": 3})
+    assert main(argv) == 0
+    assert not calls and json.loads((out / "summary.json").read_text())["validation"] == {"n_questions": 3}
+
+
 def test_a_summary_of_an_earlier_end_goes_once_an_extended_run_saves_a_later_step(tmp_path, tiny_squad, tiny_config,
                                                                                    monkeypatch):
     """A finished run extended (a larger --max-steps) and stopped kept the first run's summary.json beside a later
