@@ -51,14 +51,20 @@ def check_model(flag: str, ref: str | None) -> None:
         raise file_not_model(f"{flag} {ref}")
 
 
-def check_teacher_weight(teacher: str | None, lambda_kl: float) -> None:
-    """The distillation term is on exactly when a teacher is given: a weight without a teacher (or the reverse) is a
-    ValueError saying which of the two is missing."""
-    if teacher is None and lambda_kl != 0:
-        raise ValueError(f"--lambda-kl {lambda_kl} weighs a teacher's term, and no --teacher is given (give one, or "
+def check_teacher_weight(teacher: str | None, teacher_cache: str | None, kl: LossConfig | ReaderTrainConfig) -> None:
+    """The distillation term (weighed by ``kl.lambda_kl``) is on exactly when a teacher is given: a weight without a
+    teacher (or the reverse), or a flag of the term's given without a teacher (which the run would leave unused), is a
+    ValueError naming what is missing."""
+    if teacher is None and kl.lambda_kl != 0:
+        raise ValueError(f"--lambda-kl {kl.lambda_kl} weighs a teacher's term, and no --teacher is given (give one, or "
                          "leave --lambda-kl out)")
-    if teacher is not None and lambda_kl == 0:
+    if teacher is not None and kl.lambda_kl == 0:
         raise ValueError(f"--teacher {teacher} needs --lambda-kl > 0, the weight of its term (the recipe's: 4)")
+    unused = [(flag, value) for flag, value, unset in (("--teacher-cache", teacher_cache, None),
+              ("--kl-temperature", kl.kl_temperature, 1.0), ("--kl-level", kl.kl_level, "tokens")) if value != unset]
+    if teacher is None and unused:
+        raise ValueError(f"{unused[0][0]} {unused[0][1]} is for distilling from a teacher, and no --teacher is given "
+                         f"(give one with --lambda-kl, or leave {unused[0][0]} out)")
 
 
 def positive(value: float) -> bool:
@@ -245,7 +251,7 @@ class TrainingOptions(JobOptions):
         check(math.isfinite(self.prebatch_warmup) and 0 <= self.prebatch_warmup <= 1, "--prebatch-warmup",
               "in [0, 1] (a fraction of the steps)", self.prebatch_warmup)
         check(self.hard_per_batch >= 0, "--hard-per-batch", "an integer >= 0", self.hard_per_batch)
-        check_teacher_weight(self.teacher, self.loss.lambda_kl)
+        check_teacher_weight(self.teacher, self.teacher_cache, self.loss)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -413,7 +419,7 @@ class ReaderTrainConfig(JobOptions):
             check(self.max_len >= least, "--max-len", f"an integer >= --max-query-len + --stride + 8 = {least}",
                   self.max_len)
         check(non_negative(self.lambda_kl), "--lambda-kl", "a number >= 0", self.lambda_kl)
-        check_teacher_weight(self.teacher, self.lambda_kl)
+        check_teacher_weight(self.teacher, self.teacher_cache, self)
         check(math.isfinite(self.kl_temperature) and self.kl_temperature > 0, "--kl-temperature", "a number > 0",
               self.kl_temperature)
 

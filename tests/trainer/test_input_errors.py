@@ -169,6 +169,20 @@ def test_reader_and_encoder_options_are_refused_naming_the_flag(command, flag, v
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("command", ["phrase", "reader"])
+@pytest.mark.parametrize("flag, value", [("--teacher-cache", "tcache"), ("--kl-level", "spans"),
+                                         ("--kl-temperature", "2.0")])
+def test_a_distillation_flag_without_a_teacher_is_refused_naming_it(command, flag, value, tmp_path, capsys):
+    """A flag of the distillation term given without --teacher (as --lambda-kl is) was left unused: the run trained
+    without a teacher, saying nothing."""
+    argv = ["train", command, "--train", str(tmp_path / "train.json"), "--out", str(tmp_path / "run"), flag, value]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (f"spanseek train {command}: error: {flag} {value} is for distilling from a "
+                                       f"teacher, and no --teacher is given (give one with --lambda-kl, or leave "
+                                       f"{flag} out)\n")
+    assert not (tmp_path / "run").exists()
+
+
 def test_qsft_options_are_checked_too(tmp_path, capsys):
     for flag, value in (("--batch-windows", "0"), ("--lambda-hard", "-1")):
         argv = ["train", "qsft", "--model", "m", "--train", "t.json", "--out", str(tmp_path / "run"), flag, value]
