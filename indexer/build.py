@@ -4,7 +4,8 @@
         [--filter-threshold T] [--gpu/--no-gpu] [--store fp16|sq8|sq4] [--on-disk] [--ray ADDRESS|local]
 
 The corpus is read through first (``core.io.check_corpus``: a bad line or a repeated id anywhere is refused before
-the model loads; what it counts sizes the progress bar), then as a stream, twice in all: the passage and document
+the model loads; what it counts sizes the progress bar; for a factory that needs training its tokens are counted,
+until there are enough, so a corpus too small for it is refused before any encoding), then as a stream: the passage and document
 stores are written as it goes and passages are encoded in shards of ``shard_passages``. Each finished shard is a
 directory renamed into place and keyed by a hash of its passages and the model, so a killed build resumes by re-using
 every shard whose passages are unchanged, also after the corpus was fixed, with another ``--shard-passages`` (the
@@ -61,6 +62,7 @@ from spanseek.core.model import (
     phrase_fingerprint,
     resolve_model,
 )
+from spanseek.core.text import tokenize_passages
 from spanseek.indexer import shards as shard_files
 from spanseek.indexer.compress import filter_probabilities, kept_token_ids, write_codes
 from spanseek.indexer.faiss_index import (
@@ -317,6 +319,26 @@ def check_factory_for(spec: FactorySpec, dim: int) -> None:
         create_index(spec, dim, contiguous_ids=True)
 
 
+def check_corpus_size(corpus: Path, spec: FactorySpec, config: EncoderConfig, batch: int = 256) -> None:
+    """FactoryError, before the model loads, where ``corpus`` has too few tokens to train ``spec`` (fewer than
+    ``spec.min_train``): its passages are tokenised with the model's tokenizer, as encoding does, a batch at a time
+    until there are enough, so a large corpus is read only as far as its first tokens. A filter threshold indexes
+    fewer tokens still; what it keeps is known only once encoded (``fill_faiss`` checks it again)."""
+    if not spec.needs_training:
+        return
+    tokenizer, n, texts = load_tokenizer(config), 0, []
+    for doc in read_corpus(corpus):
+        texts.extend(doc.paragraphs)
+        if len(texts) >= batch:
+            n += sum(len(t) for t in tokenize_passages(tokenizer, texts))
+            texts = []
+            if n >= spec.min_train:
+                return
+    n += sum(len(t) for t in tokenize_passages(tokenizer, texts))
+    if n < spec.min_train:
+        validate_factory(spec.factory, config.dim, n)  # (raises, naming the requirement and what would fit)
+
+
 def _build_locked(corpus: Path, model: str | Path, model_dir: Path, out: Path, opts: BuildOptions,
                   spec: FactorySpec | None) -> phrase_index.Manifest:
     """``build_index`` under ``out``'s writer lock."""
@@ -324,6 +346,8 @@ def _build_locked(corpus: Path, model: str | Path, model_dir: Path, out: Path, o
         log.info("resuming the build in %s (re-using the shards whose passages are unchanged)", out)
     t_start = time.time()
     checked = check_corpus(corpus)  # a bad line or a repeated id anywhere: refused now, not once its passages are encoded
+    if spec is not None:  # a corpus too small for the factory: refused now, not once every passage is encoded
+        check_corpus_size(corpus, spec, EncoderConfig.load(model_dir / CONFIG_NAME))
     phrase_model = load_model(model).to(pick_device(opts.device))
     if opts.filter_threshold is not None and phrase_model.filter_head is None:
         raise BuildError(f"--filter-threshold needs a model with a filter head; {model} has none "

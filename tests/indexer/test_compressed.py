@@ -13,6 +13,7 @@ import json
 import numpy as np
 import pytest
 
+from spanseek.core.io import CorpusError
 from spanseek.core.params import SearchParams
 from spanseek.core.phrase_index import CODES, IndexFormatError, PhraseIndex
 from spanseek.core.search import Searcher
@@ -107,13 +108,34 @@ def test_too_small_or_wrong_factory_is_a_clear_error(factory, n, match):
         validate_factory(factory, 32, n)
 
 
-def test_too_small_corpus_fails_the_build_clearly_and_keeps_the_shards(tmp_path, tiny_corpus, tiny_model_dir):
+def test_too_small_corpus_is_refused_before_encoding(tmp_path, tiny_corpus, tiny_model_dir, monkeypatch):
+    """A corpus with too few tokens for the factory is refused before its passages are encoded (it was refused once
+    every passage was), with the token count a build encodes."""
+    import re
+
     out = tmp_path / "idx"
-    with pytest.raises(FactoryError, match=r"too few to train 'IVF4096,SQ8'.*--factory auto"):
-        build_index(tiny_corpus, tiny_model_dir, out, BuildOptions(factory="IVF4096,SQ8", progress=False, precision="fp32"))
-    assert any((out / build_mod.SHARDS).iterdir())  # encoding is not lost: resume with a smaller factory
-    m = build_index(tiny_corpus, tiny_model_dir, out, BuildOptions(factory="auto", progress=False, precision="fp32"))
-    assert m.factory == "Flat" and m.faiss_params["requested_factory"] == "auto"
+    with monkeypatch.context() as m:
+        m.setattr(build_mod, "encode_corpus", lambda *a, **k: pytest.fail("encoded before counting the tokens"))
+        with pytest.raises(FactoryError, match=r"too few to train 'IVF4096,SQ8'.*--factory auto") as e:
+            build_index(tiny_corpus, tiny_model_dir, out, BuildOptions(factory="IVF4096,SQ8", progress=False))
+    assert not (out / build_mod.SHARDS).exists()
+    built = build_index(tiny_corpus, tiny_model_dir, out, BuildOptions(factory="auto", progress=False, precision="fp32"))
+    assert built.factory == "Flat" and built.faiss_params["requested_factory"] == "auto"
+    assert re.search(r"the corpus has (\d+) vectors", str(e.value)).group(1) == str(built.tokens)
+
+
+def test_corpus_count_stops_once_there_are_enough_tokens(tmp_path, tiny_model_dir, monkeypatch):
+    """The count before encoding reads a large corpus only as far as the tokens the factory needs."""
+    from spanseek.core.config import EncoderConfig
+    from spanseek.core.model import CONFIG_NAME
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(i), "paragraphs": ["word " * 50]}) + "\n" for i in range(400))
+                      + "{not json\n")  # a line the count must not reach
+    config = EncoderConfig.load(tiny_model_dir / CONFIG_NAME)
+    build_mod.check_corpus_size(corpus, parse_factory("IVF16,SQ8"), config, batch=8)  # 624 tokens: the first lines
+    with pytest.raises(CorpusError, match=r"c.jsonl:401"):
+        build_mod.check_corpus_size(corpus, parse_factory("IVF1024,SQ8"), config, batch=8)
 
 
 @pytest.mark.parametrize("factory,match", [("IVF0,SQ8", "nlist, M and the PCA dimension must be positive"), ("IVF64,Garbage", "faiss cannot build factory"),
