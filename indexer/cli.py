@@ -90,13 +90,15 @@ def _from_files(args: argparse.Namespace) -> int:
 
 
 def summary(manifest, index_dir: str, seconds: float | None = None) -> dict:
-    """What a build or an add prints: the index's counts, kind and model (its manifest.json has the rest: files and
+    """What a build or an add prints: the index's counts, kind and model, its size on disk (``disk_bytes``) and, for a
+    compressed index, the recall against exact search the build measured (its manifest.json has the rest: files and
     their checksums, the encoder config, the faiss parameters). ``documents`` are the live ones (deleted documents
     stay in the files, masked, until ``index compact``: ``deleted_documents``); ``seconds``: an add's own time, in
     place of the build's."""
     import numpy as np
 
     from spanseek.core.phrase_index import DELETED
+    from spanseek.indexer.lifecycle import disk_bytes
 
     m = manifest.to_dict()
     deleted_file = Path(index_dir) / DELETED
@@ -105,6 +107,10 @@ def summary(manifest, index_dir: str, seconds: float | None = None) -> dict:
     out = {"index": str(index_dir), **{k: m[k] for k in keys if k in m}}
     out["documents"] = m["documents"] - deleted
     out = {**out, "deleted_documents": deleted} if deleted else out
+    out["disk_bytes"] = disk_bytes(Path(index_dir))
+    recall = m["faiss_params"].get("recall") or {}
+    if "recall@1" in recall:  # (an exact index records none: its search is the exact one)
+        out["recall"] = {k: v for k, v in recall.items() if k.startswith("recall@")}
     timing = {"seconds": round(seconds, 2)} if seconds is not None else {"build_seconds": m.get("build_seconds")}
     return {**out, **timing, "lexical": m.get("lexical") is not None, "manifest": str(Path(index_dir) / "manifest.json")}
 

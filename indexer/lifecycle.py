@@ -102,7 +102,8 @@ def _write_jsonl(dest: Path, records: Iterable[dict[str, Any]]) -> None:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
 
 
-def _disk_bytes(index_dir: Path) -> int:
+def disk_bytes(index_dir: Path) -> int:
+    """The bytes of every file in ``index_dir`` (and its folders): what the index takes on disk."""
     return sum(p.stat().st_size for p in index_dir.rglob("*") if p.is_file())
 
 
@@ -142,7 +143,7 @@ def compact_index(index_dir: str | Path, opts: BuildOptions | None = None,
     opts = opts or BuildOptions(progress=False)
     with stopped_cleanly(f"the compact of {index_dir}"), locked_index(index_dir, "compact", live_dir) as old:
         docs, deleted, live = live_rows(index_dir)
-        before = _disk_bytes(index_dir)
+        before = disk_bytes(index_dir)
         if not len(deleted):
             return {"compacted": False, "disk_bytes": before, **counts(index_dir)}
         if not live:
@@ -207,5 +208,5 @@ def compact_index(index_dir: str | Path, opts: BuildOptions | None = None,
             "faiss_params": params, "documents": len(live), "passages": int(live_passage.sum()), "tokens": n_live,
             "indexed_tokens": int(index.ntotal), "lexical": lexical,
         })
-    return {"compacted": True, "removed": removed, "disk_bytes_before": before, "disk_bytes": _disk_bytes(index_dir),
+    return {"compacted": True, "removed": removed, "disk_bytes_before": before, "disk_bytes": disk_bytes(index_dir),
             **counts(index_dir)}

@@ -468,3 +468,21 @@ def test_an_ivf_search_fills_top_k_when_its_lists_hold_too_few_units(many_lists,
         got = searcher.search_vectors(qs, qe, SearchParams(unit=unit, top_k=n, mode="dense", nprobe=nprobe))
         assert [len(hits) for hits in got] == [n] * len(qs), nprobe
         assert all(len({h.passage_id if unit == "passage" else h.doc_id for h in hits}) == n for hits in got)
+
+
+def test_build_summary_says_its_size_and_recall(ivf_index, pq_index, tiny_index):
+    """What `index build` prints: the bytes the index takes on disk and, for a compressed index, the recall against
+    exact search that the build measured (and `index verify` re-measures); an exact index has none to print."""
+    from spanseek.core.phrase_index import Manifest
+    from spanseek.indexer.cli import summary
+
+    for path in (ivf_index, pq_index):
+        manifest = Manifest.load(path)
+        printed = summary(manifest, str(path))
+        assert printed["disk_bytes"] == sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+        assert printed["disk_bytes"] > sum(f["bytes"] for f in manifest.to_dict()["files"].values()) > 0
+        recall = manifest.faiss_params["recall"]
+        assert printed["recall"] == {"recall@1": recall["recall@1"], "recall@10": recall["recall@10"]}
+        assert 0 < printed["recall"]["recall@1"] <= 1
+    exact = summary(Manifest.load(tiny_index), str(tiny_index))
+    assert "recall" not in exact and exact["disk_bytes"] > 0
