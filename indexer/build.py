@@ -73,6 +73,7 @@ from spanseek.indexer.faiss_index import (
     add_vectors,
     create_index,
     default_nprobe,
+    nprobe_problem,
     parse_factory,
     resolve_factory,
     train_index,
@@ -232,6 +233,13 @@ def fill_faiss(out: Path, dim: int, opts: BuildOptions) -> tuple[str, dict, int]
         spec.check_dim(dim)
     except FactoryError as e:
         raise FactoryError(f"{e} (the encoded shards in {out} are kept: rerun with another --factory to resume)") from None
+    nprobe = opts.nprobe
+    if (problem := nprobe_problem(spec, nprobe)) is not None:
+        if opts.factory != AUTO:  # (a build refused it before encoding; a reindex before training)
+            raise FactoryError(problem)
+        nprobe = spec.nlist if spec.nlist else None  # what auto picked for the corpus: the nearest that exists
+        log.warning("--factory auto picked %r for %d tokens: %s; %s", factory, len(ids), problem,
+                    f"the index probes all {nprobe}" if nprobe else "--nprobe is left out")
     if on_disk:
         check_on_disk(spec)
     contiguous = len(ids) == len(vectors)
@@ -259,7 +267,7 @@ def fill_faiss(out: Path, dim: int, opts: BuildOptions) -> tuple[str, dict, int]
     }
     ivf = ivf_of(index)
     if ivf is not None and spec.nlist:
-        nprobe = opts.nprobe if opts.nprobe is not None else default_nprobe(spec.nlist)
+        nprobe = nprobe if nprobe is not None else default_nprobe(spec.nlist)
         ivf.nprobe = nprobe  # stored in index.faiss: the search-time default
         params.update(nlist=spec.nlist, nprobe=nprobe)
     keep_codes = opts.keep_codes if opts.keep_codes is not None else opts.vector_source == "codes"
@@ -295,6 +303,8 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path,
         check_factory_for(spec, EncoderConfig.load(model_dir / CONFIG_NAME).dim)
     if spec is not None and opts.on_disk:
         check_on_disk(spec)
+    if spec is not None and (problem := nprobe_problem(spec, opts.nprobe)) is not None:
+        raise FactoryError(problem)
     check_store_option(opts.store)
     check_ray(opts)
     if opts.vector_source not in phrase_index.VECTOR_SOURCES:

@@ -139,6 +139,18 @@ def resolve_factory(factory: str, dim: int, n: int, on_disk: bool = False) -> st
     return auto_factory(n, dim, on_disk) if factory == AUTO else factory
 
 
+def nprobe_problem(spec: FactorySpec, nprobe: int | None) -> str | None:
+    """What is wrong with ``--nprobe`` for ``spec``: it sets how many IVF lists a search probes, so a factory without
+    lists has nothing to set and more than ``nlist`` lists do not exist; None when it fits (or is not given)."""
+    if nprobe is None:
+        return None
+    if not spec.nlist:
+        return f"--nprobe {nprobe} sets the IVF lists a search probes; {spec.factory!r} has none"
+    if nprobe > spec.nlist:
+        return f"--nprobe {nprobe} is more than the {spec.nlist} lists of {spec.factory!r} (--nprobe {spec.nlist} probes them all)"
+    return None
+
+
 def default_nprobe(nlist: int) -> int:
     """The nprobe stored in a new IVF index: ~3% of the lists (at least 8), a speed/recall middle ground."""
     return int(min(nlist, max(8, nlist // 32)))

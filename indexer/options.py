@@ -48,7 +48,7 @@ class BuildOptions(EncodeOptions):
                           "OPQ32,IVF256,PQ32x4fs, or 'auto' (chosen from the token count; docs/compressed-index.md)")
     max_train: int = option(262_144, "upper bound on the faiss training sample")
     nprobe: int | None = option(None, "IVF lists probed by default (stored in the index; default: ~3% of the lists, "
-                                "at least 8)")
+                                "at least 8; at most nlist, and only for an IVF factory)")
     vector_source: Literal["fine", "codes"] = option("fine", "default neighbour vectors for span completion: the "
                                                      "fine store or decoded codes")
     store: str | None = option(None, "fine store precision: fp16 / sq8 / sq4 = 768 / 384 / 192 B per token at d 384, "

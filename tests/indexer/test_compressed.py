@@ -8,6 +8,7 @@ vectors for span scores and for the recall of IVF-PQ on synthetic clustered vect
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -147,6 +148,36 @@ def test_invalid_factory_string_fails_before_encoding(tmp_path, tiny_corpus, tin
     monkeypatch.setattr(build_mod, "encode_corpus", lambda *a, **k: pytest.fail("encoded before validating"))
     with pytest.raises(FactoryError, match=match):
         build_index(tiny_corpus, tiny_model_dir, tmp_path / "i", BuildOptions(factory=factory, progress=False))
+
+
+@pytest.mark.parametrize("factory,nprobe,match", [
+    ("IVF16,SQ8", 17, r"--nprobe 17 is more than the 16 lists of 'IVF16,SQ8' \(--nprobe 16 probes them all\)"),
+    ("Flat", 8, r"--nprobe 8 sets the IVF lists a search probes; 'Flat' has none")])
+def test_nprobe_that_cannot_apply_is_refused_before_encoding(tmp_path, tiny_corpus, tiny_model_dir, monkeypatch,
+                                                             factory, nprobe, match):
+    """--nprobe above the factory's lists, or for a factory without lists, is refused before any encoding (it was
+    stored as given, or ignored, once the whole corpus was encoded)."""
+    monkeypatch.setattr(build_mod, "encode_corpus", lambda *a, **k: pytest.fail("encoded before validating"))
+    with pytest.raises(FactoryError, match=match):
+        build_index(tiny_corpus, tiny_model_dir, tmp_path / "i", BuildOptions(factory=factory, nprobe=nprobe,
+                                                                              progress=False))
+    assert not (tmp_path / "i").exists()
+
+
+def test_nprobe_beyond_what_auto_picked_is_fitted_to_it(tmp_path, ivf_index, caplog, monkeypatch):
+    """With --factory auto the lists are known only once the corpus is counted: an --nprobe above them probes them
+    all, and one for a Flat index is left out, each with a warning, rather than failing the encoded build."""
+    opts = BuildOptions(factory=IVF_FACTORY, nprobe=9, progress=False, recall_sample=0)
+    with pytest.raises(FactoryError, match="more than the 8 lists"):
+        reindex(ivf_index, tmp_path / "given", opts)
+    with monkeypatch.context() as m:  # auto picking IVF8 (the corpus is small: it picks Flat)
+        m.setattr(build_mod, "resolve_factory", lambda *a, **k: IVF_FACTORY)
+        built = reindex(ivf_index, tmp_path / "auto", dataclasses.replace(opts, factory="auto"))
+    assert (built.faiss_params["nlist"], built.faiss_params["nprobe"]) == (8, 8)
+    assert PhraseIndex(tmp_path / "auto").faiss.nprobe == 8
+    flat = reindex(ivf_index, tmp_path / "flat", dataclasses.replace(opts, factory="auto", nprobe=4))
+    assert flat.factory == "Flat" and "nprobe" not in flat.faiss_params
+    assert "--nprobe 4 sets the IVF lists a search probes; 'Flat' has none; --nprobe is left out" in caplog.text
 
 
 # --- codes store and neighbour sources -----------------------------------------------------------------------
