@@ -242,6 +242,8 @@ def fill_faiss(out: Path, dim: int, opts: BuildOptions) -> tuple[str, dict, int]
                     f"the index probes all {nprobe}" if nprobe else "--nprobe is left out")
     if on_disk:
         check_on_disk(spec)
+    if (problem := codes_problem(spec, opts)) is not None:  # (auto's pick; a build refused a given factory's at its start)
+        raise FactoryError(f"{problem} (the encoded shards in {out} are kept: rerun with another --factory to resume)")
     contiguous = len(ids) == len(vectors)
     gpu = use_gpu(opts.gpu)
     n_train = training_size(spec, len(ids), opts.max_train)
@@ -271,14 +273,10 @@ def fill_faiss(out: Path, dim: int, opts: BuildOptions) -> tuple[str, dict, int]
         ivf.nprobe = nprobe  # stored in index.faiss: the search-time default
         params.update(nlist=spec.nlist, nprobe=nprobe)
     keep_codes = opts.keep_codes if opts.keep_codes is not None else opts.vector_source == "codes"
-    if opts.vector_source == "codes" and not keep_codes:
-        raise FactoryError("vector_source 'codes' needs the codes store; do not switch keep_codes off")
     if spec.has_codes and keep_codes:
         t2 = time.perf_counter()
         params["code_size"] = write_codes(index, vectors, out / phrase_index.CODES, progress=opts.progress)
         params["codes_seconds"] = round(time.perf_counter() - t2, 2)
-    elif opts.vector_source == "codes":
-        raise FactoryError(f"vector_source 'codes' needs a compressed index; {factory!r} has no codes")
     else:
         (out / phrase_index.CODES).unlink(missing_ok=True)  # a killed earlier build's (reindex never links it)
     if opts.recall_sample:  # an exact index is its own oracle: measuring it took a fifth of a demo build
@@ -303,8 +301,9 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path,
         check_factory_for(spec, EncoderConfig.load(model_dir / CONFIG_NAME).dim)
     if spec is not None and opts.on_disk:
         check_on_disk(spec)
-    if spec is not None and (problem := nprobe_problem(spec, opts.nprobe)) is not None:
-        raise FactoryError(problem)
+    for problem in (nprobe_problem(spec, opts.nprobe), codes_problem(spec, opts)) if spec is not None else ():
+        if problem is not None:
+            raise FactoryError(problem)
     check_store_option(opts.store)
     check_ray(opts)
     if opts.vector_source not in phrase_index.VECTOR_SOURCES:
@@ -312,6 +311,15 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path,
     with build_lock(out), stopped_cleanly(f"the build in {out}", out):
         check_out_dir(out, corpus)  # again: a build that held the lock until now may have finished the index
         return _build_locked(corpus, model, model_dir, out, opts, spec)
+
+
+def codes_problem(spec: FactorySpec, opts: BuildOptions) -> str | None:
+    """What is wrong with ``--vector-source codes`` for ``spec``: the neighbour vectors are then decoded from the codes
+    store, which only a compressed factory has; None when it fits (or the source is the fine store)."""
+    if opts.vector_source != "codes" or spec.has_codes:
+        return None
+    return (f"--vector-source codes decodes neighbour vectors from the codes of a compressed index; {spec.factory!r} "
+            "has none (use a compressed --factory, or --vector-source fine)")
 
 
 def check_ray(opts: BuildOptions) -> None:

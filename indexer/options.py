@@ -71,6 +71,8 @@ class BuildOptions(EncodeOptions):
             _check_count("nprobe", self.nprobe, 1)
         _check_count("max_train", self.max_train, 1)
         _check_count("recall_sample", self.recall_sample, 0, " (0: skip the recall)")
+        if self.vector_source == "codes" and self.keep_codes is False:
+            raise ValueError("keep_codes off leaves out the codes store (codes.npy) that vector_source 'codes' reads")
         threshold = self.filter_threshold
         if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int | float)
                                       or not 0.0 <= threshold <= 1.0):  # NaN too: a probability, or no token is kept

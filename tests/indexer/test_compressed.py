@@ -164,6 +164,17 @@ def test_nprobe_that_cannot_apply_is_refused_before_encoding(tmp_path, tiny_corp
     assert not (tmp_path / "i").exists()
 
 
+def test_codes_source_without_codes_is_refused_before_encoding(tmp_path, tiny_corpus, tiny_model_dir, monkeypatch):
+    """--vector-source codes with a factory that has no codes (Flat), or with the codes store switched off, is refused
+    before any encoding (it was refused once the corpus was encoded and faiss filled)."""
+    monkeypatch.setattr(build_mod, "encode_corpus", lambda *a, **k: pytest.fail("encoded before validating"))
+    with pytest.raises(FactoryError, match=r"--vector-source codes decodes .*; 'Flat' has none"):
+        build_index(tiny_corpus, tiny_model_dir, tmp_path / "i", BuildOptions(vector_source="codes", progress=False))
+    assert not (tmp_path / "i").exists()
+    with pytest.raises(ValueError, match="keep_codes off leaves out the codes store"):
+        BuildOptions(factory=IVF_FACTORY, vector_source="codes", keep_codes=False)
+
+
 def test_nprobe_beyond_what_auto_picked_is_fitted_to_it(tmp_path, ivf_index, caplog, monkeypatch):
     """With --factory auto the lists are known only once the corpus is counted: an --nprobe above them probes them
     all, and one for a Flat index is left out, each with a warning, rather than failing the encoded build."""
