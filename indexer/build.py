@@ -211,6 +211,15 @@ def load_filter_scores(index_dir: Path) -> np.ndarray | None:
     return np.load(path, mmap_mode="r") if path.is_file() else None
 
 
+def merged_key(out: Path) -> str:
+    """The content key of the vectors a build in ``out`` merged from its shards (``shards.merged_key``); empty where
+    none were merged there (a reindex links a finished index's stores)."""
+    try:
+        return (out / SHARDS / shard_files.MERGED_KEY).read_text()
+    except OSError:
+        return ""
+
+
 def fill_faiss(out: Path, dim: int, opts: BuildOptions) -> tuple[str, dict, int]:
     """Resolve and validate the factory, train, add the kept tokens, write index.faiss (+ codes.npy).
 
@@ -247,7 +256,7 @@ def fill_faiss(out: Path, dim: int, opts: BuildOptions) -> tuple[str, dict, int]
     contiguous = len(ids) == len(vectors)
     gpu = use_gpu(opts.gpu)
     n_train = training_size(spec, len(ids), opts.max_train)
-    key = blocks_key(factory, vectors, ids, n_train) if on_disk else ""
+    key = blocks_key(factory, vectors, ids, n_train, merged_key(out)) if on_disk else ""
     index = saved_trained_index(out, key) if on_disk else None
     train_seconds = 0.0
     if index is None:
@@ -505,6 +514,7 @@ def merge_shards(out: Path, n_shards: int, dim: int) -> int:
             mm.flush()
             del mm
     save_npy_atomic(out / phrase_index.PASSAGE_TOKENS, passage_tokens)
+    (out / SHARDS / shard_files.MERGED_KEY).write_text(shard_files.merged_key(out, n_shards))
     token_passage = np.repeat(np.arange(len(passage_tokens) - 1, dtype=np.int32), np.diff(passage_tokens))
     save_npy_atomic(out / phrase_index.TOKEN_PASSAGE, token_passage)
     return n

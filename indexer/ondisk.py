@@ -44,10 +44,11 @@ def check_on_disk(spec: FactorySpec) -> None:
                            "(8-bit) or an SQ factory")
 
 
-def blocks_key(factory: str, vectors: Any, ids: np.ndarray, n_train: int) -> str:
-    """What the saved trained index and blocks depend on: the factory, the training size, the ids and a sample
-    of the vectors (64 rows spread over the store)."""
-    h = xxhash.xxh3_128(f"{factory}\0{n_train}\0{len(vectors)}\0".encode())
+def blocks_key(factory: str, vectors: Any, ids: np.ndarray, n_train: int, content: str = "") -> str:
+    """What the saved trained index and blocks depend on: the factory, the training size, the ids, the ``content`` key
+    of the vectors where there is one (a build's: the shards it merged, so one passage changed since the blocks were
+    written changes it) and a sample of the vectors (64 rows spread over the store)."""
+    h = xxhash.xxh3_128(f"{factory}\0{n_train}\0{len(vectors)}\0{content}\0".encode())
     h.update(np.ascontiguousarray(ids).tobytes())
     rows = np.unique(np.linspace(0, len(vectors) - 1, 64).astype(np.int64))
     h.update(np.ascontiguousarray(vectors[rows], dtype=np.float32).tobytes())

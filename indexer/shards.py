@@ -108,6 +108,19 @@ def shard_key(model_fingerprint: str, precision: str, texts: list[str]) -> str:
     return h.hexdigest()
 
 
+MERGED_KEY = "merged.txt"  # the content key of the shards the last merge concatenated (``merged_key``)
+
+
+def merged_key(out: Path, n_shards: int) -> str:
+    """One key for the first ``n_shards`` shards of ``out`` in order (their content keys hashed): what the merged
+    token vectors are made of, so that what is built from them (an on-disk build's trained index and blocks) is
+    re-used only for the very same vectors."""
+    h = xxhash.xxh3_128(f"{n_shards}\0".encode())
+    for k in range(n_shards):
+        h.update((shard_dir(out, k) / SHARD_KEY).read_bytes())
+    return h.hexdigest()
+
+
 def finished_shards(out: Path) -> dict[int, int]:
     """{k: passages} of each finished shard in ``out`` (an interrupted build's or add's), in order; a Ray build
     finishes its shards in any order, so there may be gaps."""

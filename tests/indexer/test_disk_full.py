@@ -145,7 +145,7 @@ def test_a_library_error_keeps_the_reason_it_gives_for_a_refused_write(tmp_path)
 def test_a_memory_mapped_file_has_its_blocks_before_a_row_is_written(tmp_path, monkeypatch):
     """Writing through a map of a sparse file that the disk has no room for kills the process (SIGBUS); the build's
     merged arrays are allocated first, so a full disk is an error naming the file, and nothing is left behind."""
-    from spanseek.indexer import build
+    from spanseek.indexer import build, shards
 
     out = tmp_path / "idx"
     shard = out / build.SHARDS / "000000"
@@ -153,6 +153,7 @@ def test_a_memory_mapped_file_has_its_blocks_before_a_row_is_written(tmp_path, m
     for name, array in {"vectors": np.ones((1000, 64), np.float16), "offsets": np.zeros((1000, 2), np.int32),
                         "flags": np.zeros(1000, np.uint8), "ntokens": np.asarray([600, 400])}.items():
         np.save(shard / f"{name}.npy", array)
+    (shard / shards.SHARD_KEY).write_text("k")  # (a finished shard holds its content key)
     assert build.merge_shards(out, 1, 64) == 1000
     vectors = out / phrase_index.VECTORS
     assert vectors.stat().st_blocks * 512 >= vectors.stat().st_size  # no hole left to fault on

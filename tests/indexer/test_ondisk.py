@@ -107,8 +107,8 @@ def test_on_disk_index_searches_like_the_in_memory_one(in_memory, on_disk, tmp_p
         moved.rename(on_disk)
 
 
-def test_killed_on_disk_build_resumes_from_its_blocks(in_memory, on_disk, tmp_path, monkeypatch):
-    monkeypatch.setattr(ondisk, "BLOCK_TOKENS", BLOCK)
+def _dying_add():
+    """``ondisk.add_vectors`` killed at the third block (two are finished), and the real one."""
     real_add, added = ondisk.add_vectors, []
 
     def dying_add(index, vectors, ids, **kw):
@@ -117,6 +117,12 @@ def test_killed_on_disk_build_resumes_from_its_blocks(in_memory, on_disk, tmp_pa
             raise KeyboardInterrupt("killed")
         return real_add(index, vectors, ids, **kw)
 
+    return dying_add, real_add
+
+
+def test_killed_on_disk_build_resumes_from_its_blocks(in_memory, on_disk, tmp_path, monkeypatch):
+    monkeypatch.setattr(ondisk, "BLOCK_TOKENS", BLOCK)
+    dying_add, real_add = _dying_add()
     monkeypatch.setattr(ondisk, "add_vectors", dying_add)
     out = tmp_path / "resumed"
     with pytest.raises(KeyboardInterrupt):
@@ -197,3 +203,37 @@ def test_auto_factory_on_disk_is_always_storable_on_disk(n):
     check_on_disk(validate_factory(factory, 384, n))
     assert ("HNSW" in factory) == (n >= 5_000_000) and not parse_factory(factory).fast_scan
     create_index(factory, 384, contiguous_ids=True)
+
+
+def test_on_disk_build_resumed_after_a_passage_changed_does_not_reuse_its_blocks(tmp_path, tiny_model_dir,
+                                                                               monkeypatch):
+    """A killed on-disk build keeps its trained index and finished blocks; resumed after one short passage of the
+    corpus changed (same length, so the same token count), those hold the old passage's vectors: the resumed index
+    equals a fresh build of the changed corpus (it re-used them where the change missed the 64 rows the key sampled,
+    and served codes of text no longer in the corpus)."""
+    import faiss
+
+    monkeypatch.setattr(ondisk, "BLOCK_TOKENS", BLOCK)
+    docs = [{"id": f"d{i}", "paragraphs": [f"In {1000 + i} Alba built the tower"]} for i in range(120)]
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    out = tmp_path / "resumed"
+    with monkeypatch.context() as m:
+        m.setattr(ondisk, "add_vectors", _dying_add()[0])
+        with pytest.raises(KeyboardInterrupt):
+            build_index(corpus, tiny_model_dir, out, _opts(on_disk=True, recall_sample=0))
+    assert len(list((out / "ivf_blocks").glob("block_*.faiss"))) == 2
+    # the passage to change: one whose tokens hold none of the rows the blocks' key samples
+    bounds = np.load(out / "passage_tokens.npy")
+    sampled = np.unique(np.linspace(0, bounds[-1] - 1, 64).astype(np.int64))
+    p = next(p for p in range(len(bounds) - 1) if not np.any((sampled >= bounds[p]) & (sampled < bounds[p + 1])))
+    docs[p]["paragraphs"] = ["In 1000 Borin built the tower"]  # (a year and a name: one token each, as before)
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    resumed = build_index(corpus, tiny_model_dir, out, _opts(on_disk=True, recall_sample=0))
+    fresh_dir = tmp_path / "fresh"
+    fresh = build_index(corpus, tiny_model_dir, fresh_dir, _opts(on_disk=True, recall_sample=0))
+    assert resumed.tokens == fresh.tokens
+    got = faiss.read_index(str(out / "index.faiss"), faiss.IO_FLAG_ONDISK_SAME_DIR)
+    want = faiss.read_index(str(fresh_dir / "index.faiss"), faiss.IO_FLAG_ONDISK_SAME_DIR)
+    q = PhraseIndex(fresh_dir).token_vectors(np.arange(bounds[p], bounds[p + 1]))
+    assert np.array_equal(got.search(q, 5)[0], want.search(q, 5)[0])
