@@ -149,7 +149,7 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
         dest, key = shard_files.shard_dir(out, k), shard_files.shard_key(fingerprint, precision, buf)
         if shard_files.has_shard(dest, key):
             reused += 1
-            bar.update(len(buf))
+            count_done(bar, len(buf))
         elif opts.ray is not None:
             pending.append((dest, key, buf))
             if len(pending) >= SHARDS_PER_ROUND:
@@ -186,6 +186,19 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
     log.info("corpus: %d documents, %d passages (skipped %d empty documents, %d empty paragraphs)",
              stats.documents, stats.paragraphs, stats.empty_documents, stats.empty_paragraphs)
     return k, stats
+
+
+def count_done(bar: tqdm, n: int) -> None:
+    """Move ``bar`` past ``n`` passages that took no work (a resumed build's re-used shards) without counting them in
+    its rate: a burst of them in no time made the rate thousands of passages a second and the time left nothing, and
+    held the bar still until as many again were encoded (tqdm spaces its refreshes by the fastest rate seen)."""
+    if bar.disable:
+        return
+    bar.n += n
+    bar.initial += n  # (the rate averaged over the whole run leaves them out too)
+    bar.last_print_n = bar.n
+    bar.unpause()  # (the time since the last refresh, spent re-using them, is no encoding time either)
+    bar.refresh()
 
 
 def shard_precision(out: Path, asked: str, device) -> str:

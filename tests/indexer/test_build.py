@@ -623,3 +623,27 @@ sys.exit(main(sys.argv[1:]))""")
     assert child.stderr.splitlines()[-1] == (f"spanseek index build: interrupted: stopped by SIGTERM; the same command "
                                              f"resumes the build in {out} (re-using its 1 encoded shard (7 passages))")
     assert sorted(p.name for p in (out / SHARDS).iterdir()) == ["000000"]
+
+
+def test_reused_shards_move_the_bar_without_counting_in_its_rate():
+    """A resumed build's re-used shards move the progress bar at once, but its rate and time left are those of the
+    passages encoded (a plain update of the bar by the 90 re-used passages made the rate thousands a second and the
+    time left zero, and held the bar still until as many again were encoded)."""
+    import io
+
+    from tqdm.auto import tqdm
+
+    from spanseek.indexer import build as build_mod
+
+    clock = [0.0]
+    bar = tqdm(total=100, file=io.StringIO(), mininterval=0.05, smoothing=0.3)
+    bar._time = lambda: clock[0]  # (tqdm's own tests drive its clock so)
+    bar.start_t = bar.last_print_t = 0.0
+    clock[0] = 0.1
+    build_mod.count_done(bar, 90)  # the re-used shards
+    shown = []
+    for _ in range(5):  # then a passage a second is encoded
+        clock[0] += 1.0
+        shown.append(bar.update(1))
+    assert bar.n == 95 and all(shown)  # a refresh a passage
+    assert 0.5 < bar.format_dict["rate"] < 2 and "00:05" in str(bar)  # time left: 5 passages at one a second
