@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi_offline import FastAPIOffline
+from starlette.routing import Mount, Route
 
 from spanseek.core.alias import Resolved, resolve_alias
 from spanseek.core.encoding import QuestionCache
@@ -425,8 +426,10 @@ def create_app(settings: Settings, searcher_factory: SearcherFactory | None = No
     app.include_router(router)
     app.include_router(writes_router)
     app.include_router(files_router)
-    # (the routers' routes: the app's own list holds each router as one entry)
-    metrics.start_routes([route for r in (router, writes_router, files_router) for route in r.routes])
+    # every route a request can reach: the app's own (/openapi.json, the docs' files under /docs-static) and the
+    # routers' (the app's list holds each router as one entry)
+    metrics.start_routes([*(r for r in app.routes if isinstance(r, Route | Mount)),
+                          *(route for r in (router, writes_router, files_router) for route in r.routes)])
 
     def would_admit(client: str) -> None:
         if state.batcher is not None:

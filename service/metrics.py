@@ -78,6 +78,8 @@ def route_of(scope: Scope, routes: Iterable[BaseRoute] = ()) -> str:
     its path matches (a 405); ``UNMATCHED_ROUTE`` where none does."""
     route = scope.get("route")
     if route is None:
+        # (matched from the app's root: a mount the request went through, /docs-static, made its own the scope's)
+        scope = {**scope, "root_path": scope.get("app_root_path", scope.get("root_path", ""))}
         matches = [(r.matches(scope)[0], r) for r in routes]
         route = next((r for match in (Match.FULL, Match.PARTIAL) for m, r in matches if m is match), None)
     return UNMATCHED_ROUTE if route is None else template_of(route)

@@ -244,3 +244,15 @@ def test_the_live_directory_s_free_disk_is_read_at_each_scrape(settings_for, tmp
     assert second[("spanseek_live_disk_free_bytes", ())] == 1234 < second[("spanseek_index_size_bytes", ())]
     without = samples(ServiceMetrics().render().decode())  # a server without writes: no live directory
     assert ("spanseek_live_disk_free_bytes", ()) not in without and ("spanseek_index_size_bytes", ()) in without
+
+
+def test_an_error_on_a_route_of_the_app_itself_is_counted_under_its_template(client):
+    """The app's own routes (``/openapi.json``, the docs' files under ``/docs-static``) were missing from the routes an
+    error is matched against: a 405 of ``POST /openapi.json`` or a 404 of a docs file no route serves was counted as
+    ``unmatched``, which says that no route takes the path."""
+    assert client.post("/openapi.json").status_code == 405
+    assert client.get("/docs-static/no-such-file.js").status_code == 404
+    assert client.get("/nowhere").status_code == 404
+    assert errors_by_route(client.get("/metrics").text) == {("/openapi.json", "method_not_allowed"): 1,
+                                                            ("/docs-static/{path}", "not_found"): 1,
+                                                            ("unmatched", "not_found"): 1}
