@@ -175,7 +175,7 @@ class ServiceState:
                     self.metrics.standby_checked.set(0)
             if self.settings.writes:  # held shared before the base is read, until the live store holds it too: an
                 # offline `index add-lexical` (exclusive) in between would change the files after they were loaded
-                held.enter_context(await self._made(hold_index, self.settings.index))
+                held.enter_context(await self._made(hold_index, self.reloader.path))
             if self.settings.torch_threads is not None:
                 await loop.run_in_executor(self.executor, _set_torch_threads, self.settings.torch_threads)
             self.reloader.signature = await loop.run_in_executor(self.executor, signature_of, self.reloader.path)

@@ -113,8 +113,9 @@ def lower_thread_priority(increment: int, what: str = "merge") -> None:
 
 
 def live_dir_of(settings: Settings) -> Path:
-    """The live directory: ``live_dir``, else the index path with ``.live`` appended."""
-    return settings.live_dir or default_live_dir(settings.index)
+    """The live directory: ``live_dir``, else the index path with ``.live`` appended; absolute, as the served index
+    path is (``service.reload``): an error that quotes it is shortened for a caller without a key (hide_paths)."""
+    return (settings.live_dir or default_live_dir(settings.index)).absolute()
 
 
 def live_dir_problem(live_dir: Path) -> str | None:
@@ -279,7 +280,7 @@ class LiveWrites:
                                        chunk_tokens=settings.write_chunk_tokens,
                                        analyzer=base.index.lexical.analyzer if base.index.lexical else ANALYZER)
         prepare_word_cuts(self.encoder.tokenizer)  # here, while loading, not in the first long paragraph's write
-        self.store = LiveStore(live_dir_of(settings), settings.index, base.index, self.encoder, self._publish,
+        self.store = LiveStore(live_dir_of(settings), Path(settings.index).absolute(), base.index, self.encoder, self._publish,
                                model=settings.model)
         metrics.live_disk.dir = self.store.dir
         # uploaded files are read in a process of their own (started at the first upload), counted by the model's

@@ -489,3 +489,28 @@ async def test_a_start_that_fails_on_a_relative_alias_hides_it_from_a_caller_wit
             health = (await client.get("/health")).json()["detail"]
     for said in (ready, health):
         assert "dangling symlink" in said and ".../current" in said and "aliases" not in said, said
+
+
+@pytest.mark.parametrize("damage", ["state", "file"])
+async def test_a_start_that_fails_on_the_live_directory_of_a_relative_index_hides_it_from_a_caller_without_a_key(
+        settings_for, until, monkeypatch, tmp_path, tiny_index, damage):
+    """Started with writes on a relative index path (SPANSEEK_INDEX=srv/idx), its live directory (by default that path
+    + ``.live``) damaged: a state.json that is no JSON, or a file where the folder should be. /ready and /health
+    quoted the live directory as the path gave it, whole (``srv/idx.live/state.json``), to a caller without a key."""
+    (tmp_path / "srv").mkdir()
+    shutil.copytree(tiny_index, tmp_path / "srv" / "idx")
+    live = tmp_path / "srv" / "idx.live"
+    if damage == "file":
+        live.write_text("not a folder\n")
+    else:
+        for folder in (live / "wal", live / "bases"):
+            folder.mkdir(parents=True)
+        (live / "state.json").write_text("{")
+    monkeypatch.chdir(tmp_path)
+    app = create_app(settings_for(index=Path("srv/idx"), writes=True, api_key="key"))
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+            await until(lambda: app.state.service.status == "failed")
+            said = [(await client.get("/ready")).json()["message"], (await client.get("/health")).json()["detail"]]
+    for text in said:
+        assert ".../" in text and "srv" not in text, text
