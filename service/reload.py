@@ -172,7 +172,8 @@ class IndexReloader:
         """``reload`` for a caller: joins the reload of the same path under way, else starts one unless the last
         ended less than ``reload_min_interval_s`` ago, or the last failed one less than its own length ago
         (ReloadThrottled, 429). The reload goes on if the caller leaves."""
-        target = Path(path) if path is not None else self.path
+        # absolute, as the served path is: one index named relative or not is one reload
+        target = Path(path if path is not None else self.path).absolute()
         if self._running is not None and self._running[0] != target:
             raise ReloadThrottled("a reload of another index is under way; retry once it is done", 1.0)
         if self._running is None:

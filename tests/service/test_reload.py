@@ -514,3 +514,18 @@ async def test_a_start_that_fails_on_the_live_directory_of_a_relative_index_hide
             said = [(await client.get("/ready")).json()["message"], (await client.get("/health")).json()["detail"]]
     for text in said:
         assert ".../" in text and "srv" not in text, text
+
+
+async def test_reloads_of_one_index_named_relative_or_not_are_shared(settings_for, async_serve, tiny_index,
+                                                                     monkeypatch):
+    """Served by a relative path, a reload asked with that path and one asked with none (the served path: SIGHUP, a
+    bare POST) are of one index, and share one reload; the second was refused (429, "a reload of another index is
+    under way"), its path compared as given with the served one, made absolute."""
+    monkeypatch.chdir(tiny_index.parent)
+    app = create_app(settings_for(index=Path(tiny_index.name), api_key=KEY, reload_min_interval_s=60))
+    async with async_serve(app) as client:
+        asked = [client.post("/admin/reload", headers=AUTH, json={"index": tiny_index.name}) if i % 2 else
+                 client.post("/admin/reload", headers=AUTH) for i in range(4)]
+        together = await asyncio.gather(*asked)
+        assert [r.status_code for r in together] == [200] * 4, [r.text for r in together]
+        assert app.state.service.reloader.reloads == 1
