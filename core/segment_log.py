@@ -9,7 +9,8 @@ counter holds its bits: a write builds a part of its own document, then joins th
 as many documents each (built again over the run of both). Each document is so built into about log2(segment) parts
 over its life in the segment, and a snapshot reads at most log2(segment) + 1 parts. A snapshot whose segment is the
 held documents followed by new ones builds the new ones' parts only; one whose segment lost a document (replaced or
-deleted) keeps the parts before it and builds the rest again. The parts never change once built, so the snapshots
+deleted) keeps the parts before it and builds the rest again, each run of the documents after it once, as the writes
+one by one would have left them (``counter_runs``). The parts never change once built, so the snapshots
 reading them need no lock. A merge starts a new base, and the parts go with the old one.
 
 ``AppendedRows`` (one a base and kind of row) holds the rows each written document adds to its snapshots' arrays
@@ -66,15 +67,29 @@ class SegmentChunks(Generic[T]):
             if same < len(self.docs) and same == len(segment):  # an older snapshot's (its segment is held)
                 return (*kept, *([Chunk(covered, same, build(segment[covered:same], covered))]
                                  if covered < same else []))
-            self.chunks, self.docs = kept, self.docs[:covered]
-            for at in range(covered, len(segment)):
-                self.docs.append(segment[at])
-                self.chunks.append(Chunk(at, at + 1, build(segment[at:at + 1], at)))
-                while len(self.chunks) > 1 and (self.chunks[-2].stop - self.chunks[-2].start
-                                                == self.chunks[-1].stop - self.chunks[-1].start):
-                    start, stop = self.chunks[-2].start, self.chunks[-1].stop
-                    self.chunks[-2:] = [Chunk(start, stop, build(self.docs[start:stop], start))]
+            self.docs = [*self.docs[:covered], *segment[covered:]]
+            held = {(c.start, c.stop): c for c in kept}
+            self.chunks = [held[run] if run in held else Chunk(*run, build(self.docs[run[0]:run[1]], run[0]))
+                           for run in counter_runs([(c.start, c.stop) for c in kept], len(segment))]
             return tuple(self.chunks)
+
+
+def counter_runs(runs: list[tuple[int, int]], total: int) -> list[tuple[int, int]]:
+    """The runs (start, stop) that ``runs`` (sizes strictly decreasing powers of two, as ``SegmentChunks`` holds them)
+    become as documents are added one by one up to ``total``, the last two joined while they are as long: found by
+    adding the largest block of documents that fits under the last run at once (its own documents join into one run
+    of its size before they reach the last run's), so each run is built once, not each document into every run it
+    passes through (a segment document replaced near the start built the rest log2(segment) times over)."""
+    runs = list(runs)
+    at = runs[-1][1] if runs else 0
+    while at < total:
+        room = runs[-1][1] - runs[-1][0] if runs else total
+        size = 1 << (min(room, total - at).bit_length() - 1)
+        runs.append((at, at + size))
+        at += size
+        while len(runs) > 1 and runs[-2][1] - runs[-2][0] == runs[-1][1] - runs[-1][0]:
+            runs[-2:] = [(runs[-2][0], runs[-1][1])]
+    return runs
 
 
 class AppendedRows:
