@@ -441,7 +441,11 @@ def _appended(base: PhraseIndex, name: str, rows: Callable[[EncodedDocument], np
     """``rows`` of ``segment``'s documents, in order, as ``segment_columns`` holds its columns."""
     if not segment:
         return empty
-    return appended_rows(base, name, segment, lambda doc, *_: {name: rows(doc)})[name]
+
+    def joined(docs: Sequence[EncodedDocument], *_: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        made = [rows(doc) for doc in docs]
+        return {name: (np.concatenate(made), np.fromiter(map(len, made), np.int64, len(made)))}
+    return appended_rows(base, name, segment, joined)[name]
 
 
 def searcher_over(searcher: Searcher, index: PhraseIndex) -> Searcher:

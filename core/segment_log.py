@@ -17,7 +17,8 @@ reading them need no lock. A merge starts a new base, and the parts go with the 
 (``segment_columns``: the segment's token map, its passages' documents and token runs, its kept tokens' ids; its
 float16 vectors and fine-store codes, at the first read), in write order, in buffers that grow by doubling: a snapshot
 reads a view of their first rows, so a write makes its own document's rows only (each write joined every segment
-document's). A snapshot whose segment lost a document copies the buffers and makes the rows from it on again; an
+document's). A snapshot whose segment lost a document copies the buffers and makes the rows from it on again, in one
+pass over those documents; an
 older snapshot made after a newer one reads the first rows of the newer one's buffers.
 """
 
@@ -27,7 +28,6 @@ import operator
 import threading
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, overload
 
 import numpy as np
@@ -92,38 +92,43 @@ def counter_runs(runs: list[tuple[int, int]], total: int) -> list[tuple[int, int
     return runs
 
 
+RowsOf = Callable[[Sequence[Any], int, dict[str, int]], dict[str, tuple[np.ndarray, np.ndarray]]]
+"""``rows(documents, before, used)``: each column's rows of a run of ``documents`` joined, and (len(documents),) how
+many of them each document adds; ``before``: the documents before the run in the segment, ``used``: each column's
+rows before it."""
+
+
 class AppendedRows:
-    """Columns of rows each document written over one base adds (``rows(doc, docs, passages, tokens)``: its rows of
-    each column, given the documents, passages and tokens before it in the segment), in write order, in buffers
-    shared by the base's snapshots: a snapshot reads a view of their first rows (module docstring). A buffer grows
-    by doubling (the old one stays with the snapshots reading it); rows never change once written."""
+    """Columns of rows each document written over one base adds (``RowsOf``), in write order, in buffers shared by the
+    base's snapshots: a snapshot reads a view of their first rows (module docstring). A buffer grows by doubling (the
+    old one stays with the snapshots reading it); rows never change once written."""
 
     def __init__(self) -> None:
         self.docs: list[Any] = []  # the documents whose rows the buffers hold, in segment order
-        self.ends: list[tuple[int, int, dict[str, int]]] = [(0, 0, {})]  # after each: passages, tokens, rows used
+        self.ends: dict[str, list[int]] = {}  # each column's rows used after 0, 1, ... of the documents
         self.buffers: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
 
-    def of(self, segment: Sequence[Any], rows: Callable[[Any, int, int, int], dict[str, np.ndarray]]
-           ) -> dict[str, np.ndarray]:
+    def of(self, segment: Sequence[Any], rows: RowsOf) -> dict[str, np.ndarray]:
         """Each column's rows of ``segment``'s documents, in order (views of the buffers), those of the documents
-        not held made by ``rows`` (given at each call, as ``SegmentChunks.of``'s ``build``)."""
+        not held made by ``rows`` in one run (given at each call, as ``SegmentChunks.of``'s ``build``): a document
+        left near the start makes the rows of those after it in one pass, not one a document."""
         with self._lock:
             same = held_prefix(self.docs, segment)
             if same < len(self.docs) and same < len(segment):  # a document left: new buffers from it on
-                del self.docs[same:], self.ends[same + 1:]
-                used = self.ends[same][2]
-                self.buffers = {name: buf[:used.get(name, 0)].copy() for name, buf in self.buffers.items()}
-            for doc in segment[len(self.docs):]:
-                passages, tokens, used = self.ends[-1]
-                made = rows(doc, len(self.docs), passages, tokens)
-                for name, new in made.items():
-                    self._put(name, used.get(name, 0), new)
-                self.docs.append(doc)
-                self.ends.append((passages + len(doc.ntokens), tokens + int(doc.ntokens.sum()),
-                                  {name: used.get(name, 0) + len(new) for name, new in made.items()}))
-            used = self.ends[len(segment)][2]
-            return {name: buf[:used.get(name, 0)] for name, buf in self.buffers.items()}
+                del self.docs[same:]
+                for ends in self.ends.values():
+                    del ends[same + 1:]
+                self.buffers = {name: buf[:self.ends[name][-1]].copy() for name, buf in self.buffers.items()}
+            new = segment[len(self.docs):]
+            if new:
+                made = rows(new, len(self.docs), {name: ends[-1] for name, ends in self.ends.items()})
+                for name, (joined, counts) in made.items():
+                    ends = self.ends.setdefault(name, [0] * (len(self.docs) + 1))
+                    self._put(name, ends[-1], joined)
+                    ends.extend((ends[-1] + np.cumsum(counts, dtype=np.int64)).tolist())
+                self.docs.extend(new)
+            return {name: buf[:self.ends[name][len(segment)]] for name, buf in self.buffers.items()}
 
     def _put(self, name: str, at: int, rows: np.ndarray) -> None:
         buf = self.buffers.get(name)
@@ -194,27 +199,38 @@ class SegmentRecords(_Records):
         return self.segment[i].record
 
 
-def _token_rows(base: PhraseIndex) -> Callable[[Any, int, int, int], dict[str, np.ndarray]]:
-    """What a written document adds to its snapshots' token map, passages and kept tokens over ``base``, given the
-    segment's documents, passages and tokens before it: the segment's own (numbered from 0: ``token_passage``,
-    ``token_offsets``, ``token_flags``, ``passage_tokens``, ``passage_starts``; the last two with the 0 they start
-    from, given by the first document) and the snapshot's (numbered after the base's: ``live_*``, ``kept_ids``)."""
+def _token_rows(base: PhraseIndex) -> RowsOf:
+    """What a run of written documents adds to its snapshots' token map, passages and kept tokens over ``base``
+    (``RowsOf``): the segment's own (numbered from 0: ``token_passage``, ``token_offsets``, ``token_flags``,
+    ``passage_tokens``, ``passage_starts``; the last two with the 0 they start from, given by the segment's first
+    document) and the snapshot's (numbered after the base's: ``live_*``, ``kept_ids``)."""
     n, p, d = len(base.token_passage), len(base.passages), len(base.docs)
 
-    def rows(doc: Any, docs: int, passages: int, tokens: int) -> dict[str, np.ndarray]:
-        k, start = len(doc.ntokens), np.zeros(0 if docs else 1, np.int64)
-        token_passage = np.repeat(np.arange(passages, passages + k, dtype=np.int32), doc.ntokens)
-        ends = tokens + np.cumsum(doc.ntokens, dtype=np.int64)
-        return {"token_passage": token_passage, "token_offsets": np.asarray(doc.offsets, np.int32),
-                "token_flags": np.asarray(doc.flags, np.uint8), "passage_tokens": np.r_[start, ends],
-                "passage_starts": np.r_[start, [passages + k]], "live_passage_doc": np.full(k, d + docs, np.int64),
-                "live_token_passage": (token_passage + p).astype(base.token_passage.dtype),
-                "live_passage_tokens": n + ends, "kept_ids": n + tokens + np.flatnonzero(doc.kept).astype(np.int64)}
+    def rows(docs: Sequence[Any], before: int, used: dict[str, int]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        passages, tokens = used.get("live_passage_doc", 0), used.get("token_passage", 0)  # (a row a passage, a token)
+        of_doc = np.fromiter((len(doc.ntokens) for doc in docs), np.int64, count=len(docs))  # passages of each
+        ntokens = np.concatenate([np.zeros(0, np.int64), *(doc.ntokens for doc in docs)]).astype(np.int64)
+        doc_of_passage = np.repeat(np.arange(len(docs)), of_doc)
+        doc_tokens = np.bincount(doc_of_passage, weights=ntokens, minlength=len(docs)).astype(np.int64)
+        kept = np.concatenate([np.zeros(0, bool), *(doc.kept for doc in docs)])
+        doc_kept = np.bincount(np.repeat(np.arange(len(docs)), doc_tokens)[kept], minlength=len(docs))
+        start = np.zeros(0 if before else 1, np.int64)  # the 0 the runs start from, counted with the first document
+        first = np.zeros(len(docs), np.int64)
+        first[:len(start)] = len(start)
+        token_passage = np.repeat(np.arange(passages, passages + len(ntokens), dtype=np.int32), ntokens)
+        ends = tokens + np.cumsum(ntokens)
+        return {"token_passage": (token_passage, doc_tokens),
+                "token_offsets": (np.concatenate([np.zeros((0, 2), np.int32), *(doc.offsets for doc in docs)]).astype(
+                    np.int32), doc_tokens),
+                "token_flags": (np.concatenate([np.zeros(0, np.uint8), *(doc.flags for doc in docs)]).astype(np.uint8),
+                                doc_tokens),
+                "passage_tokens": (np.r_[start, ends], of_doc + first),
+                "passage_starts": (np.r_[start, passages + np.cumsum(of_doc)], 1 + first),
+                "live_passage_doc": (d + before + doc_of_passage, of_doc),
+                "live_token_passage": ((token_passage + p).astype(base.token_passage.dtype), doc_tokens),
+                "live_passage_tokens": (n + ends, of_doc),
+                "kept_ids": (n + tokens + np.flatnonzero(kept).astype(np.int64), doc_kept)}
     return rows
-
-
-_NO_DOCUMENT = SimpleNamespace(ntokens=np.zeros(0, np.int64), offsets=np.zeros((0, 2), np.int32),
-                               flags=np.zeros(0, np.uint8), kept=np.zeros(0, bool))  # (what a write's rows read)
 
 
 def segment_columns(base: PhraseIndex, segment: Sequence[Any]) -> dict[str, np.ndarray]:
@@ -223,9 +239,7 @@ def segment_columns(base: PhraseIndex, segment: Sequence[Any]) -> dict[str, np.n
     rows = _token_rows(base)
     if segment:
         return appended_rows(base, "tokens", segment, rows)
-    # no rows, and the 0 the runs start from
-    return {name: col[:1] if name in ("passage_tokens", "passage_starts") else col
-            for name, col in rows(_NO_DOCUMENT, 0, 0, 0).items()}
+    return {name: col for name, (col, _) in rows((), 0, {}).items()}  # no rows, and the 0 the runs start from
 
 
 _MAKING = threading.Lock()
@@ -238,8 +252,7 @@ def segment_chunks(owner: Any, name: str, segment: Sequence[Any], build: Callabl
     return _kept(owner, name, SegmentChunks).of(segment, build)
 
 
-def appended_rows(owner: Any, name: str, segment: Sequence[Any],
-                  rows: Callable[[Any, int, int, int], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+def appended_rows(owner: Any, name: str, segment: Sequence[Any], rows: RowsOf) -> dict[str, np.ndarray]:
     """``segment``'s rows from the ``AppendedRows`` ``name`` of the documents written over ``owner`` (a base), made at
     the first call and kept on it."""
     return _kept(owner, name, AppendedRows).of(segment, rows)

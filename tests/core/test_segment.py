@@ -718,8 +718,8 @@ def test_a_write_builds_the_field_index_postings_and_token_map_of_about_its_own_
     terms = one_term(base)
     built, posted = counted_builds(monkeypatch)
     made, token_rows = [], segment_log._token_rows
-    monkeypatch.setattr(segment_log, "_token_rows", lambda base: lambda doc, *at: made.append(doc) or token_rows(
-        base)(doc, *at))
+    monkeypatch.setattr(segment_log, "_token_rows", lambda base: lambda docs, *at: made.extend(docs) or token_rows(
+        base)(docs, *at))
     template, segment = empty_like(base.faiss), []
     for i in range(300):
         segment.append(encoded({"id": f"n{i}", "title": "n", "meta": {"i": i}}, rng))
@@ -757,6 +757,33 @@ def test_replacing_or_deleting_an_early_segment_document_builds_each_later_run_o
     assert sum(built) <= len(segment) and [len(p.ids) for p in live.fields.parts[1:]] == [128, 64, 32, 16, 8, 4, 2, 1]
     filters_as_built_over(live, base.docs + [doc.record for doc in segment], rng, 10)
     assert live.fields.documents_of(SearchFilter.from_json({"meta": {"i": -1}})).tolist() == [False] * 274 + [True]
+
+
+def test_a_segment_document_replaced_near_the_start_makes_the_rows_after_it_in_one_pass(monkeypatch):
+    """A segment document replaced near the start of a segment of 64: the next snapshot makes the token map rows,
+    passage runs, kept ids and vectors of the documents after it in one pass a column (it made them one document at a
+    time: 270 ms a snapshot at 5,000 written documents, against 8 ms), the same rows as the segment's copied
+    together, and the snapshot before the write still reads its own."""
+    from spanseek.core.segment_log import AppendedRows
+
+    rng = random.Random(0)
+    base = memory_base([{"id": f"d{d}", "title": "t"} for d in range(20)], rng)
+    template = empty_like(base.faiss)
+    segment = [dataclasses.replace(doc, vectors=np.random.default_rng(i).standard_normal(doc.vectors.shape).astype(
+        np.float16), kept=np.arange(doc.tokens) % 3 > 0)
+        for i, doc in enumerate(encoded({"id": f"n{i}", "title": "n"}, rng) for i in range(64))]
+    for k in range(1, len(segment) + 1):
+        before = LiveIndex(base, segment[:k], np.zeros(0, np.int64), template, None)
+        before.seg_vectors  # noqa: B018  (a search)
+    puts: list[str] = []
+    put = AppendedRows._put
+    monkeypatch.setattr(AppendedRows, "_put", lambda self, name, *a: puts.append(name) or put(self, name, *a))
+    written = [*segment[:1], *segment[2:], encoded({"id": segment[1].id, "title": "n"}, rng)]
+    live = LiveIndex(base, written, np.zeros(0, np.int64), template, None)
+    live.seg_vectors  # noqa: B018
+    assert sorted(puts) == sorted(set(puts)) and len(puts) == 10  # (nine token map columns and the vectors)
+    token_map_as_copied(live, base, written)
+    token_map_as_copied(before, base, segment)
 
 
 def one_term(base: PhraseIndex) -> Any:
