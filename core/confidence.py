@@ -215,17 +215,19 @@ class Calibrator(FittedFile):
     def presence(self, unit: str, mode: str,
                  questions: Sequence[tuple[Sequence[float], Sequence[float | None], Sequence[float | None],
                                            Sequence[str]]],
-                 unanswerable_prior: float, keywords: Sequence[bool] | None = None) -> list[float]:
+                 unanswerable_prior: float, keywords: Sequence[bool] | None = None,
+                 rows: Sequence[int] | None = None) -> list[float]:
         """Per question, P(its answer is in the index) at the prior: the factor of ``predict`` that the prior moves,
         read at the first hit of its ranked list of ``unit`` ((scores, dense, lexical, texts), best first, at least
-        ``FEATURE_DEPTH`` deep). It carries the prior to confidences that another model gives for answers in the
-        index (read hits, ``core.reading``). 1 for a question without hits, and where no presence model was fitted
-        (a version-1 file: its one model holds the share of unanswerable lists it was fitted on)."""
+        ``FEATURE_DEPTH`` deep), or at its row in ``rows`` (a filtered search's first hit in the list without the
+        filter). It carries the prior to confidences that another model gives for answers in the index (read hits,
+        ``core.reading``). 1 for a question without hits, and where no presence model was fitted (a version-1
+        file: its one model holds the share of unanswerable lists it was fitted on)."""
         keys = [self.key(unit, mode, bool(k)) for k in (keywords or [False] * len(questions))]
         out = []
-        for key, q in zip(keys, questions, strict=True):
+        for key, q, row in zip(keys, questions, rows or [0] * len(questions), strict=True):
             present = self.present.get(key)
-            x = hit_features(unit, *q)[:1] if present is not None else np.zeros((0, len(FEATURES)))
+            x = hit_features(unit, *q)[row:row + 1] if present is not None else np.zeros((0, len(FEATURES)))
             out.append(float(prior_shift(present.logit(x), unanswerable_prior)[0]) if present and len(x) else 1.0)
         return out
 

@@ -90,17 +90,17 @@ class Pager:
                                         "model has no calibration for it (or for this fusion and lexical weight): fit "
                                         "one with `spanseek train calibrate`")
 
-    def presence(self, plan: Plan, lists: Sequence[Sequence[Hit]], questions: Sequence[str] | None
-                 ) -> list[float] | None:
+    def presence(self, plan: Plan, lists: Sequence[Sequence[Hit]], questions: Sequence[str] | None,
+                 rows: Sequence[int] | None = None) -> list[float] | None:
         """Per question, P(its answer is in the index) at the plan's prior (``Calibrator.presence``), read in its
-        ranked ``lists`` of the plan's unit: the factor that carries the prior to read hits, whose confidence assumes
-        the answer is there. None where nothing moves: at prior 0, or where the calibrator does not apply to the
-        plan (``shifts``)."""
+        ranked ``lists`` of the plan's unit, at its first hit or its row in ``rows``: the factor that carries the
+        prior to read hits, whose confidence assumes the answer is there. None where nothing moves: at prior 0, or
+        where the calibrator does not apply to the plan (``shifts``)."""
         if not self.shifts(plan):
             return None
         assert self.calibrator is not None
         return self.calibrator.presence(plan.unit, plan.mode, [scored(hits) for hits in lists], self.prior(plan.params),
-                                        None if questions is None else [is_keyword_query(q) for q in questions])
+                                        None if questions is None else [is_keyword_query(q) for q in questions], rows)
 
     def shifts(self, plan: Plan) -> bool:
         """Whether the plan's prior moves confidences read in its ranking: above 0, with a calibrator for it."""

@@ -273,16 +273,24 @@ def presence(searcher: Any, retrieve: Plan, retrieved: list[list[Hit]], q_start:
     reading models are fitted on questions whose answer is in the index, so their confidence assumes it is there, and
     the calibrator's presence model, fitted on searches with and without the answer, gives the share the prior
     leaves (``Pager.presence``), read as a search of the units read without read reads it: at least
-    ``FEATURE_DEPTH`` deep, filtered or not. ``retrieve``: the plan that ranked ``retrieved``, the units read
-    (``searcher``: the ``core.search.Searcher``). None at prior 0 or where the calibrator does not apply."""
+    ``FEATURE_DEPTH`` deep, at its first hit; filtered, at the first unit that passes the filter, in its place in
+    the search without the filter (``Pager.read_filtered``). ``retrieve``: the plan that ranked ``retrieved``, the
+    units read (``searcher``: the ``core.search.Searcher``). None at prior 0 or where the calibrator does not apply."""
     pager: Pager = searcher.pager
     if not pager.shifts(retrieve):
         return None
     deep = replace(retrieve.but(top_k=max(retrieve.top_k, FEATURE_DEPTH[retrieve.unit])), unfiltered=None)
     whole = searcher._unfiltered(deep, q_start, q_end, texts, timings)
     if whole.unfiltered is not None:  # a filtered search's hits are judged in its search without the filter
-        lists = whole.unfiltered.hits
-    elif deep.top_k == retrieve.top_k and retrieve.unfiltered is None:
+        passing = retrieved if deep.top_k == retrieve.top_k else searcher.ranking.ranked(whole, q_start, q_end, texts,
+                                                                                         timings)[0]
+        lists, rows = [], []
+        for hits, among in zip(passing, whole.unfiltered.hits, strict=True):
+            placed, at = pager.read_filtered(hits, among, deep.unit, None) if hits else ([[]], [(0, 0)])
+            lists.append(placed[at[0][0]])  # where an unread search of the filter reads its first hit
+            rows.append(at[0][1])
+        return pager.presence(deep, lists, texts, rows)
+    if deep.top_k == retrieve.top_k and retrieve.unfiltered is None:
         lists = retrieved
     else:
         lists = searcher.ranking.ranked(deep, q_start, q_end, texts, timings)[0]

@@ -448,6 +448,36 @@ def test_read_hits_honour_the_unanswerable_prior_by_the_calibrators_presence_mod
         params, unanswerable_prior=0.5))] == [[h.confidence for h in hits] for hits in at_zero]
 
 
+@pytest.mark.parametrize("mode", ["dense", "hybrid"])
+def test_filtered_read_hits_take_the_presence_of_the_first_unit_that_passes_the_filter(reading_searcher, mode):
+    """A filtered search asks whether the answer is among the units that pass the filter: read hits take the
+    presence its first unit has where an unread search of the same filter reads it (its place in the search without
+    the filter), not that of a unit the filter leaves out. Oracle: the unread search's first hit, whose confidence at
+    a prior is its confidence at prior 0 times that presence."""
+    from spanseek.core.params import SearchFilter
+    from spanseek.core.search import Searcher
+    from tests.core.test_answers import calibrator
+
+    fitted = calibrator()  # a unit ranked below others is less likely the place of an answer in the index
+    present = LogisticModel((0.0,) * 7, (1.0,) * 7, (0.0, 0.0, 0.0, -3.0, 0.0, 0.0, 0.0), 1.0)
+    searcher = Searcher(reading_searcher.index, reading_searcher.encoder, reading=reading_searcher.reading,
+                        calibrator=replace(fitted, present={k: present for k in fitted.models}))
+    plain = SearchParams(unit="passage", top_k=10, mode=mode)
+    shifted = 0
+    for question in QUESTIONS:
+        best = searcher.search([question], plain)[0][0].doc_id  # the filter leaves out the best document
+        flt = SearchFilter(doc_ids=tuple(d["id"] for d in searcher.index.docs if d["id"] != best))
+        unread = {p: searcher.search([question], replace(plain, filter=flt, unanswerable_prior=p))[0][0].confidence
+                  for p in (0.0, 0.5)}
+        read = {p: searcher.search([question], replace(plain, top_k=3, read=True, filter=flt,
+                                                       unanswerable_prior=p))[0] for p in (0.0, 0.5)}
+        share = unread[0.5] / unread[0.0]
+        assert [h.confidence for h in read[0.5]] == pytest.approx([h.confidence * share for h in read[0.0]],
+                                                                  abs=2e-3 + 1e-3 / unread[0.0])
+        shifted += share < 0.9
+    assert shifted  # the filter moved the presence somewhere (else this test shows nothing)
+
+
 def test_read_below_is_refused_without_read_or_without_a_calibrated_model(reading_searcher):
     with pytest.raises(SearchParamsError, match="read_below applies with read=true"):
         SearchParams(read_below=0.5)
