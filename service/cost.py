@@ -99,12 +99,24 @@ class CostModel:
 
     def searches(self, params: SearchParams) -> float:
         """Question-equivalents of one question's searches with ``params``: its search, and with read the searches
-        without reading beside it: ``read_below``'s first one, and at a prior above 0 the one its answer's presence
-        is read in (core.reading.presence; counted as if the model were calibrated, as the bundled ones are). Each
-        is counted as the question's own search."""
-        prior = self.unanswerable_prior if params.unanswerable_prior is None else params.unanswerable_prior
-        unread = (params.read_below is not None) + (prior > 0) if params.read else 0
+        without reading beside it: ``read_below``'s first one, and at a prior above 0 those its answer's presence
+        is read in (``presence_searches``). Each is counted as the question's own search."""
+        unread = (params.read_below is not None) + self.presence_searches(params) if params.read else 0
         return self.search(params) * (1 + unread)
+
+    def presence_searches(self, params: SearchParams) -> int:
+        """The searches a read question runs at a prior above 0 for the presence of its answer (core.reading.presence;
+        counted as if the model were calibrated, as the bundled ones are): the units read ranked again as deep as the
+        calibration reads them (``FEATURE_DEPTH``) where they were ranked shallower (a phrase's passages, read
+        ``read_passages`` deep), and with a filter that may leave units out, the search without it. None otherwise:
+        the presence is read in the ranking of the units read."""
+        prior = self.unanswerable_prior if params.unanswerable_prior is None else params.unanswerable_prior
+        if not params.read or prior <= 0:
+            return 0
+        read = self.passages_read(params)
+        unit, depth = ("passage", read) if params.unit == "phrase" else (params.unit, max(params.depth, read))
+        filtered = params.filter is not None and not params.filter.passes_everything
+        return int(depth < FEATURE_DEPTH[unit]) + int(filtered)
 
     def passages_read(self, params: SearchParams) -> int:
         """Passages one question with ``params`` has read: ``read_passages``, else the reader's default (with

@@ -72,3 +72,41 @@ def test_a_server_without_a_reader_counts_no_reading():
     model = CostModel({"passage": 1000, "doc": 20})
     assert model.question(SearchParams(read=True)) == model.question(SearchParams())
     assert model.most_passages_read(limits()) == 32
+
+
+@pytest.mark.parametrize(("unit", "top_k"), [("phrase", 10), ("passage", 10), ("passage", 3), ("doc", 10)])
+def test_a_read_question_at_a_prior_counts_the_presence_search_only_where_reading_runs_one(tiny_searcher, tiny_reader,
+                                                                                           unit, top_k):
+    """The presence of a read question's answer is read in the ranking of the units read where it is as deep as the
+    calibration reads (passages and documents at their default depth); only a shallower one (a phrase's passages,
+    read 3 deep) is ranked again. Oracle: the rankings a searcher runs at prior 0.5 beyond those at prior 0."""
+    from spanseek.core.confidence import LogisticModel
+    from spanseek.core.loading import open_reading
+    from spanseek.core.search import Searcher
+    from tests.core.test_answers import calibrator
+
+    fitted = calibrator()
+    present = LogisticModel((0.0,) * 7, (1.0,) * 7, (0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0), 1.0)
+    searcher = Searcher(tiny_searcher.index, tiny_searcher.encoder, calibrator=replace(
+        fitted, present={k: present for k in fitted.models}), reading=open_reading(
+        tiny_reader, tiny_searcher.hits, precision="fp32"))
+    calls = []
+    ranked = searcher.ranking.ranked
+    searcher.ranking.ranked = lambda *a, **k: calls.append(1) or ranked(*a, **k)  # type: ignore[method-assign]
+    params = SearchParams(unit=unit, top_k=top_k, mode="dense", read=True)
+    runs = []
+    for prior in (0.0, 0.5):
+        calls.clear()
+        searcher.search(["Who built the bridge?"], replace(params, unanswerable_prior=prior))
+        runs.append(len(calls))
+    model = CostModel({"passage": 1000, "doc": 20}, read_passages=searcher.reading.reading.read_passages)
+    assert model.presence_searches(replace(params, unanswerable_prior=0.5)) == runs[1] - runs[0]
+    assert model.searches(replace(params, unanswerable_prior=0.5)) == (1 + runs[1] - runs[0]) * model.search(params)
+
+
+def test_a_passage_read_below_request_of_the_most_questions_is_served_at_a_prior(model):
+    """Its first search and the read one are its searches (the presence is read in the passages read): 64 of 64."""
+    at_prior = replace(model, unanswerable_prior=0.5)
+    assert at_prior.refusal(32, SearchParams(unit="passage", read=True, read_below=0.5), limits()) is None
+    phrase = at_prior.refusal(32, SearchParams(read=True, read_below=0.5), limits())  # its passages ranked again
+    assert phrase is not None and "(max_request_cost)" in phrase
