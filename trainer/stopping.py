@@ -26,13 +26,14 @@ def trained_message(step: int, checkpoint: Path, after_loop: str) -> str:
 @contextlib.contextmanager
 def after_training(step: int, checkpoint: Path, after_loop: str) -> Iterator[None]:
     """What a run does after its training (its validation): a Ctrl-C there says, as one in the last step does, that
-    the training is done and what the same command does (``trained_message``); it said "interrupted" alone."""
+    the training is done and what the same command does (``trained_message``); it said "interrupted" alone. So does
+    a stop of the validation's own job (the build of its index of the held-out articles, which takes SIGTERM too):
+    the job's line spoke of its index only, as if the same command would train again."""
     try:
         yield
     except KeyboardInterrupt as e:
-        if str(e):  # it says where the run stands already
-            raise
-        raise KeyboardInterrupt(trained_message(step, checkpoint, after_loop)) from None
+        how = "stopped by SIGTERM; " if str(e).startswith(("SIGTERM", "stopped by SIGTERM")) else ""
+        raise KeyboardInterrupt(f"{how}{trained_message(step, checkpoint, after_loop)}") from None
 
 
 class StopAfterStep:

@@ -334,8 +334,10 @@ def test_ctrl_c_in_the_validation_says_the_same_command_validates_without_traini
                                                                                     tiny_config, monkeypatch, capsys):
     """Ctrl-C while the run validated its last checkpoint (after its training) ended the command with
     "interrupted" alone; its last line now says that the training is done and what the same command does, which
-    validates and writes the summary without training a step."""
+    validates and writes the summary without training a step. So does a Ctrl-C or SIGTERM while the validation
+    builds its index of the held-out articles (said of that index only: "the same command builds it again")."""
     from spanseek.indexer import evaluate
+    from spanseek.indexer.interrupt import stopped_cleanly
 
     out = tmp_path / "run"
     c = tiny_config
@@ -347,15 +349,25 @@ def test_ctrl_c_in_the_validation_says_the_same_command_validates_without_traini
     def ctrl_c(*args, **kwargs):
         raise KeyboardInterrupt  # as Ctrl-C raises it, outside the training loop's handler
 
+    done = (f"stopped after the last step (1), saved as {out / 'last'}; the same command validates it on the "
+            f"held-out questions and writes {out / 'summary.json'} without training again")
+    real_eval = evaluate.run_eval
     monkeypatch.setattr(evaluate, "run_eval", ctrl_c)
     assert main(argv) == 130
-    last = capsys.readouterr().err.rstrip().splitlines()[-1]
-    assert last == (f"spanseek train phrase: interrupted: stopped after the last step (1), saved as {out / 'last'}; "
-                    f"the same command validates it on the held-out questions and writes {out / 'summary.json'} "
-                    "without training again")
+    assert capsys.readouterr().err.rstrip().splitlines()[-1] == f"spanseek train phrase: interrupted: {done}"
     calls: list = []
     loss_fn = loop_module.phrase_loss
     monkeypatch.setattr(loop_module, "phrase_loss", lambda *a, **k: calls.append(1) or loss_fn(*a, **k))
+    monkeypatch.setattr(evaluate, "run_eval", real_eval)
+    for stop, how in (("", ""), ("SIGTERM", "stopped by SIGTERM; ")):  # Ctrl-C, SIGTERM in the validation's build
+
+        def stopped_build(corpus, model, index, options, stop=stop):
+            with stopped_cleanly(f"the build in {index}", Path(index)):  # as the build takes a stop
+                raise KeyboardInterrupt(stop)
+
+        monkeypatch.setattr(evaluate, "build_index", stopped_build)
+        assert main(argv) == 130
+        assert capsys.readouterr().err.rstrip().splitlines()[-1] == f"spanseek train phrase: interrupted: {how}{done}"
     monkeypatch.setattr(evaluate, "run_eval", lambda *a, **k: {"n_questions": 3})
     assert main(argv) == 0
     assert not calls and json.loads((out / "summary.json").read_text())["validation"] == {"n_questions": 3}
