@@ -208,6 +208,26 @@ def test_without_a_progress_bar_each_checkpoint_logs_the_step_loss_rate_and_time
     assert lines[-1].startswith(f"step 2/2: loss={summary['loss']:.3f} ")  # the summary's loss at the end
 
 
+def test_the_checkpoint_line_of_the_training_page_is_the_one_a_run_logs(monkeypatch, caplog):
+    """docs/training.md shows a checkpoint's log line; a step of 77 questions at loss 3.214 that took 6.28125 s, with
+    800 steps left, logs it (its time left as tqdm writes it: the page had "01:23:45" for the "1:23:45" logged)."""
+    from spanseek.trainer import progress as progress_module
+
+    class Clock:  # the run's start at 0 s, every later reading 6.28125 s after it
+        readings = iter([0.0])
+
+        def perf_counter(self) -> float:
+            return next(self.readings, 6.28125)
+
+    monkeypatch.setattr(progress_module, "time", Clock())
+    progress = Progress("train", 1000, 199, False, RunSoFar())
+    progress.step_done(3.214, 77)
+    with caplog.at_level(logging.INFO, logger="spanseek.trainer.progress"):
+        progress.saved(200, Path("OUT/last"))
+    page = " ".join((Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text().split())
+    assert f"`{caplog.records[-1].getMessage()}`" in page
+
+
 def ctrl_c_in_step(monkeypatch, n: int, calls: list):
     """Ctrl-C, as a terminal sends it, in the middle of training step ``n`` (counted in ``calls``); returns the SIGINT
     handler to put back."""
