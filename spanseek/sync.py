@@ -110,11 +110,12 @@ class FileLimits:
             return None
         return f"{size:,} bytes, more than its max_file_bytes ({self.max_file_bytes:,})"
 
-    def refusal(self, read: FileTokens | str | None, doc_id: str) -> str | None:
+    def refusal(self, read: FileTokens | str | None, doc_id: str, replacing: bool = False) -> str | None:
         """Why the server refuses a file read as ``read`` (``_unreadable``: its document and tokens, or why it is
-        unreadable, or None where this host cannot read it) and written under ``doc_id``: unreadable, more tokens than
-        ``max_file_tokens``, or a document the write refuses (``core.written.file_document``: a title over
-        ``max_title_chars``, front matter whose metadata a write cannot hold); None if none of these."""
+        unreadable, or None where this host cannot read it) and written under ``doc_id`` (``replacing``: a document
+        the service holds under it): unreadable, more tokens than ``max_file_tokens``, or a document the write refuses
+        (``core.written.file_document``: a title over ``max_title_chars``, front matter whose metadata a write cannot
+        hold); None if none of these."""
         from spanseek.core.io import CorpusError
         from spanseek.core.written import file_document
 
@@ -125,7 +126,7 @@ class FileLimits:
                 f"; counted a token a word, as this host lacks the server's tokenizer {self.tokenizer}: it counts more")
             return f"{read.tokens:,} tokens, more than its max_file_tokens ({self.max_file_tokens:,}){counted}"
         try:
-            file_document(read.doc, doc_id, doc_id, self.max_title_chars)
+            file_document(read.doc, doc_id, doc_id, self.max_title_chars, replacing)
         except CorpusError as e:
             return str(e)
         return None
@@ -334,11 +335,14 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
             if spelled_as is not None and (spelled := spelled_as(rel)) != rel:
                 ids[rel] = spelled
             if held is not None and ids.get(rel, rel) in held:
-                held_meta = held[ids.get(rel, rel)]
+                held_meta, replacing = held[ids.get(rel, rel)], True
             else:  # a new file, one whose id another source or a hand-written document holds, or no list to look in
-                held_meta = formerly.get(rel) or (
-                    (held_by_any.get(spelled_by_any(rel)) if held_by_any is not None and spelled_by_any is not None
-                     else (client.get(rel, meta_only=True) or {}).get("meta")) or {})
+                found = formerly.get(rel)
+                if found is None:
+                    found = (held_by_any.get(spelled_by_any(rel)) if held_by_any is not None and spelled_by_any is not None
+                             else _held_meta(client, rel))
+                # (replacing: the service holds a document under the file's id, which the write replaces)
+                held_meta, replacing = found or {}, found is not None
                 if adopt is not None and held_meta.get(SOURCE_KEY) == adopt:
                     held_meta, taken = {**held_meta, SOURCE_KEY: source}, True
                     report.adopted.append(rel)
@@ -353,11 +357,11 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
                 report.unchanged.append(rel)
                 continue
             if reader is not None:  # the server reads a file as from-files does: one it would refuse is said so, and why
-                # (its id's length as every write's: a longer one is refused, whatever the file holds)
+                # (its id as every write's: a new one longer than an id may be is refused, whatever the file holds)
                 # (with the metadata the write gives it: its front matter's and the sync's together are checked)
-                if (why := _too_long(ids.get(rel, rel)) or limits.too_large(len(data)) or limits.refusal(
+                if (why := _id_refusal(ids.get(rel, rel), replacing) or limits.too_large(len(data)) or limits.refusal(
                         reader.read(path, rel, IngestOptions(extra_meta={**extra, HASH_KEY: digest})),
-                        ids.get(rel, rel))) is not None:
+                        ids.get(rel, rel), replacing)) is not None:
                     refuse(rel, f"the server would refuse it: {why}")
                     continue
                 report.written.append(rel)
@@ -372,11 +376,19 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
     return report
 
 
-def _too_long(doc_id: str) -> str | None:
-    """Why a write refuses ``doc_id`` (a file's name) for its length (``core.ids.length_problem``), or None."""
-    from spanseek.core.ids import length_problem
+def _held_meta(client: Any, doc_id: str) -> dict[str, Any] | None:
+    """The metadata of the document the service holds under ``doc_id`` (``GET /documents/{id}``), or None when it
+    holds none."""
+    record = client.get(doc_id, meta_only=True)
+    return None if record is None else record.get("meta") or {}
 
-    return None if (problem := length_problem(doc_id)) is None else f"'id' {problem}"
+
+def _id_refusal(doc_id: str, replacing: bool) -> str | None:
+    """Why a write refuses ``doc_id`` (a file's name) as an id (``core.written.id_problem``: longer than a new
+    document's id may be, unless it is ``replacing`` a document the service holds under it), or None."""
+    from spanseek.core.written import id_problem
+
+    return None if (problem := id_problem(doc_id, replacing)) is None else f"'id' {problem}"
 
 
 def _unreadable(path: str, rel: str, opts: IngestOptions) -> FileTokens | str | None:

@@ -818,6 +818,26 @@ def test_a_dry_run_refuses_a_file_whose_path_is_over_the_id_limit_as_the_write_d
     assert "'id' has 1,211 characters; an id has at most 1,024" in dry.refused[0][1], dry.refused
 
 
+def test_a_dry_run_passes_a_file_whose_long_path_a_held_document_has_as_the_write_replaces_it(settings_for, tmp_path,
+                                                                                                 live, tiny_model_dir):
+    """The write replaces a document an index holds under an id over 1,024 characters (one built from a corpus file
+    may hold such an id), and refuses only a new id that long; a dry run refused both files for their paths' length,
+    though the sync then wrote the held one."""
+    from tests.service.conftest import _index_holding
+
+    held, new = ("/".join([c * 200] * 6) + "/a.txt" for c in "dn")  # 1,211 characters each
+    index = _index_holding(tmp_path, tiny_model_dir, held)  # (synced from "docs", another digest)
+    docs = folder(tmp_path / "docs", {held: "In 1470 Ida built the mill.", new: "In 1480 Ida built the weir."})
+    settings = settings_for(index=index, writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0)
+    with live(create_app(settings)) as url, Client(url, api_key="key") as client:
+        dry = sync(client, [docs], "docs", dry_run=True)
+        real = sync(client, [docs], "docs")
+        assert client.get(held)["paragraphs"] == ["In 1470 Ida built the mill."]
+    assert dry.written == real.written == [held]
+    assert [rel for rel, _ in dry.refused] == [rel for rel, _ in real.refused] == [new]
+    assert dry.refused[0][1] == "the server would refuse it: 'id' has 1,211 characters; an id has at most 1,024"
+
+
 def test_a_read_memory_cap_the_reading_process_cannot_start_under_is_refused_naming_the_flag(tmp_path, capsys):
     docs = folder(tmp_path / "docs", {"a.md": "In 1450 Gala built the harbour bridge."})
     assert main(["sync", str(docs), "--url", "http://127.0.0.1:9", "--dry-run", "--read-memory-bytes", "5"]) == 2
