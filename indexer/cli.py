@@ -150,7 +150,7 @@ def _add(args: argparse.Namespace) -> int:
     done = (f"added {changes.added}, replaced {changes.replaced}, unchanged {changes.unchanged} documents" if replace
             else f"added {changes.added} document{'s' * (changes.added != 1)}")
     print(done, file=sys.stderr)
-    print(json.dumps(summary(m, args.index, time.perf_counter() - t0), indent=2))
+    print(json.dumps(summary(m, index, time.perf_counter() - t0), indent=2))  # (the directory an alias names)
     return 0
 
 

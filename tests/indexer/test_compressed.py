@@ -528,3 +528,30 @@ def test_build_summary_says_its_size_and_recall(ivf_index, pq_index, tiny_index)
         assert 0 < printed["recall"]["recall@1"] <= 1
     exact = summary(Manifest.load(tiny_index), str(tiny_index))
     assert "recall" not in exact and exact["disk_bytes"] > 0
+
+
+def test_add_through_an_alias_prints_the_index_it_changed(tmp_path, tiny_index, tiny_model_dir, capsys):
+    """`index add --index ALIAS` (a pointer file, `index switch --pointer`) prints the summary of the directory the
+    alias names: it read the pointer file as the index, printing disk_bytes 0 and deleted documents as live."""
+    import shutil
+
+    from spanseek.cli import main
+    from spanseek.core.alias import switch_alias
+    from spanseek.core.phrase_index import Manifest
+    from spanseek.indexer.cli import summary
+    from spanseek.indexer.lifecycle import delete_documents
+
+    index = tmp_path / "v1"
+    shutil.copytree(tiny_index, index)
+    delete_documents(index, [json.loads((index / "docs.jsonl").read_text().splitlines()[0])["id"]])
+    switch_alias(tmp_path / "current", index, pointer=True)
+    more = tmp_path / "more.jsonl"
+    more.write_text(json.dumps({"id": "more", "title": "More", "paragraphs": ["In 1901 Hugo built it."]}) + "\n")
+    capsys.readouterr()
+    argv = ["index", "add", "--index", str(tmp_path / "current"), "--corpus", str(more), "--model", str(tiny_model_dir)]
+    assert main([*argv, "--quiet"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    want = summary(Manifest.load(index), str(index))
+    assert printed["disk_bytes"] == want["disk_bytes"] > 0
+    assert (printed["documents"], printed["deleted_documents"]) == (want["documents"], 1)
+    assert printed["index"] == str(index) and printed["manifest"] == str(index / "manifest.json")
