@@ -429,13 +429,15 @@ class Settings(BaseSettings):
                                  f"{e}") from None
         return v
 
-    @field_validator("reader", "default_read_below", "live_dir", "default_nprobe", "torch_threads", "api_key_file",
-                     "admin_api_key_file", mode="before")
+    @field_validator("*", mode="before")
     @classmethod
-    def _empty_is_unset(cls, v: object) -> object:
-        """An empty (or blank) optional setting is unset, as compose passes an unset variable (``SPANSEEK_READER=``
-        was the reader directory ``.``, ``SPANSEEK_LIVE_DIR=`` the working directory)."""
-        return None if isinstance(v, str) and not v.strip() else v
+    def _empty_is_unset(cls, v: object, info: ValidationInfo) -> object:
+        """An empty (or blank) optional setting, any whose default is None, is unset, as compose passes an unset
+        variable (``SPANSEEK_READER=`` was the reader directory ``.``, ``SPANSEEK_LIVE_DIR=`` the working directory,
+        ``SPANSEEK_MAX_PASSAGES_READ=`` a refusal to start)."""
+        field = cls.model_fields[info.field_name] if info.field_name else None
+        optional = field is not None and not field.is_required() and field.default is None
+        return None if optional and isinstance(v, str) and not v.strip() else v
 
     @field_validator("index", "model", "host", "device", mode="before")
     @classmethod

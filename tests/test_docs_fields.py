@@ -169,3 +169,19 @@ def test_the_pages_name_every_format_a_file_write_reads():
         listed = re.search(where, " ".join((ROOT / page).read_text(encoding="utf-8").split()))
         assert listed, f"{page} no longer lists the formats of a file write"
         assert [name for name in names.values() if name not in listed.group(1)] == [], (page, listed.group(1))
+
+
+def test_every_optional_setting_given_empty_is_unset_as_docs_service_says(tmp_path, monkeypatch):
+    """docs/service.md: an empty optional variable is unset, as compose passes one that is not set. The rule was a
+    hand-kept list of settings, so ``SPANSEEK_MAX_PASSAGES_READ=`` (deploy/spanseek.env's line, uncommented) was a
+    refusal to start; it holds for every setting whose default is none."""
+    from spanseek.service.settings import Settings
+
+    text = " ".join((ROOT / "docs/service.md").read_text(encoding="utf-8").split())
+    assert "An empty optional one, any whose default is `None` below" in text
+    optional = [name for name, field in Settings.model_fields.items() if not field.is_required() and field.default is None]
+    assert {"max_passages_read", "reader", "api_key"} <= set(optional)
+    for name in optional:
+        monkeypatch.setenv(f"SPANSEEK_{name.upper()}", " ")
+    settings = Settings(index=tmp_path)
+    assert {name: getattr(settings, name) for name in optional} == dict.fromkeys(optional)
