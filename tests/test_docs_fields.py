@@ -171,6 +171,46 @@ def test_the_pages_name_every_format_a_file_write_reads():
         assert [name for name in names.values() if name not in listed.group(1)] == [], (page, listed.group(1))
 
 
+def env_file_comments(text: str) -> dict[str, str]:
+    """deploy/spanseek.env: each variable it names -> the comment above it, its lines joined (``name: help``)."""
+    comments: dict[str, str] = {}
+    block: list[str] = []
+    for line in text.splitlines():
+        var = re.match(r"#\s*(SPANSEEK_\w+)=", line)
+        if var:
+            comments[var.group(1)] = " ".join(" ".join(block).split())
+        elif line.startswith("#"):
+            block.append(line.lstrip("#"))
+            continue
+        block = []
+    return comments
+
+
+def test_each_setting_of_the_env_file_says_what_its_help_says():
+    """deploy/spanseek.env comments each setting with ``name: help``, the help of ``spanseek serve --help`` and of the
+    settings table. Copied by hand, it went stale: ``precision`` still spoke of a start-up timing probe after auto
+    came to go by the CPU's features, and ``default_read`` of ``max_request_cost`` after reading got its own
+    ``max_passages_read``, which the file did not list."""
+    from spanseek.service.settings import Settings
+
+    comments = env_file_comments((ROOT / "deploy/spanseek.env").read_text(encoding="utf-8"))
+    assert "SPANSEEK_MAX_PASSAGES_READ" in comments
+    stale = {}
+    for var, comment in comments.items():
+        name = var.removeprefix("SPANSEEK_").lower()
+        field = Settings.model_fields.get(name)
+        wanted = f"{name}: {' '.join((field.description or '').split())}" if field else "(no such setting)"
+        if comment != wanted:
+            stale[var] = (comment, wanted)
+    assert stale == {}
+
+
+def test_an_env_file_comment_is_read_as_its_lines_joined():
+    text = ("# Header of the file\n\n# top_k: hits per\n#   query (400 above)\n# SPANSEEK_TOP_K=10\n\n"
+            "# SPANSEEK_BARE=\n")
+    assert env_file_comments(text) == {"SPANSEEK_TOP_K": "top_k: hits per query (400 above)", "SPANSEEK_BARE": ""}
+
+
 def test_every_optional_setting_given_empty_is_unset_as_docs_service_says(tmp_path, monkeypatch):
     """docs/service.md: an empty optional variable is unset, as compose passes one that is not set. The rule was a
     hand-kept list of settings, so ``SPANSEEK_MAX_PASSAGES_READ=`` (deploy/spanseek.env's line, uncommented) was a
