@@ -225,3 +225,58 @@ def test_every_optional_setting_given_empty_is_unset_as_docs_service_says(tmp_pa
         monkeypatch.setenv(f"SPANSEEK_{name.upper()}", " ")
     settings = Settings(index=tmp_path)
     assert {name: getattr(settings, name) for name in optional} == dict.fromkeys(optional)
+
+
+def metric_rows(text: str) -> dict[str, tuple[str, str]]:
+    """docs/service.md's "Metrics" table: each metric it names -> (type, labels cell); a row may name several
+    (```a`, `b```) or a brace list (``spanseek_index_{tokens,passages}``)."""
+    rows = {}
+    for line in text.split("## Metrics", 1)[1].splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if not line.startswith("| `spanseek_") or len(cells) < 3:
+            continue
+        for name in re.findall(r"`(spanseek_[\w{},]+)`", cells[0]):
+            brace = re.fullmatch(r"(\w*)\{([\w,]+)\}(\w*)", name)
+            names = [brace[1] + part + brace[3] for part in brace[2].split(",")] if brace else [name]
+            rows |= dict.fromkeys(names, (cells[1], " | ".join(cells[2:])))
+    return rows
+
+
+def exported_metrics() -> dict[str, tuple[str, set[str]]]:
+    """What /metrics exports: each metric's name (a counter's with ``_total``, an info's with ``_info``, as a scrape
+    shows them) -> (type, its label names)."""
+    from prometheus_client.metrics import Info, MetricWrapperBase
+
+    from spanseek.service.metrics import ServiceMetrics
+
+    metrics = ServiceMetrics()
+    suffix = {"counter": "_total", "info": "_info"}
+    exported = {family.name + suffix.get(family.type, ""):
+                (family.type, {label for sample in family.samples for label in sample.labels} - {"le"})
+                for family in metrics.registry.collect()}
+    for wrapper in vars(metrics).values():
+        if isinstance(wrapper, MetricWrapperBase) and not isinstance(wrapper, Info):
+            name = wrapper._name + suffix.get(wrapper._type, "")
+            exported[name][1].update(wrapper._labelnames)
+    return exported
+
+
+def test_the_metrics_table_of_docs_service_is_what_metrics_exports():
+    """Each series /metrics exports has its row in docs/service.md's "Metrics" table, of its type, naming each of its
+    labels (`route` of ``spanseek_errors_total``), and each row's metric is exported. The question cache's two were
+    exported, charted by the dashboard, and missing from the table."""
+    exported = exported_metrics()
+    rows = metric_rows((ROOT / "docs/service.md").read_text(encoding="utf-8"))
+    assert {"spanseek_errors_total", "spanseek_model_info", "spanseek_index_tokens"} <= set(exported) & set(rows)
+    assert sorted(set(rows) - set(exported)) == [], "rows of metrics /metrics does not export"
+    assert sorted(set(exported) - set(rows)) == [], "metrics /metrics exports without a row"
+    wrong = {name: (rows[name], kind, labels) for name, (kind, labels) in exported.items()
+             if rows[name][0] != kind or not all(f"`{label}`" in rows[name][1] for label in labels)}
+    assert wrong == {}
+
+
+def test_a_metrics_row_names_each_metric_it_lists(tmp_path):
+    text = ("## Metrics\n\n| metric | type | labels |\n|---|---|---|\n"
+            "| `spanseek_index_{tokens,passages}` | gauge | |\n| `spanseek_a_total`, `spanseek_b` | counter | `x` = 1 |\n")
+    assert metric_rows(text) == {"spanseek_index_tokens": ("gauge", ""), "spanseek_index_passages": ("gauge", ""),
+                                 "spanseek_a_total": ("counter", "`x` = 1"), "spanseek_b": ("counter", "`x` = 1")}
