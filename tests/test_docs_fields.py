@@ -280,3 +280,54 @@ def test_a_metrics_row_names_each_metric_it_lists(tmp_path):
             "| `spanseek_index_{tokens,passages}` | gauge | |\n| `spanseek_a_total`, `spanseek_b` | counter | `x` = 1 |\n")
     assert metric_rows(text) == {"spanseek_index_tokens": ("gauge", ""), "spanseek_index_passages": ("gauge", ""),
                                  "spanseek_a_total": ("counter", "`x` = 1"), "spanseek_b": ("counter", "`x` = 1")}
+
+
+def compose_variables(text: str) -> dict[str, str | None]:
+    """The variables a compose file reads from the shell or deploy/.env (``${NAME:-default}``, ``${NAME}``): name ->
+    its default (empty when it has none; None for one it requires, ``${NAME:?why}``)."""
+    return {m[1]: None if m[2] == ":?" else m[3] or "" for m in re.finditer(r"\$\{(\w+)(?:(:-|:\?)([^}]*))?\}", text)}
+
+
+def deploy_table_defaults(text: str) -> dict[str, str]:
+    """docs/deploy.md's tables of variables: each variable a row names in its first cell -> its default cell (a row
+    of several, ```A`, `B` | 64, 0 |``, gives each its own part, or each the one default it gives)."""
+    defaults = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if not line.startswith("| `") or len(cells) < 3:
+            continue
+        names = re.findall(r"`([A-Z][A-Z0-9_]+)`", cells[0])
+        parts = [p.strip() for p in cells[1].split(",")] if len(names) > 1 else [cells[1]]
+        if len(parts) == len(names):
+            defaults |= dict(zip(names, parts, strict=True))
+        elif len(parts) == 1:
+            defaults |= dict.fromkeys(names, cells[1])
+    return defaults
+
+
+def test_each_variable_the_compose_files_read_has_its_row_and_default_in_docs_deploy():
+    """docs/deploy.md's tables give each variable the compose files read (``${SPANSEEK_BACKUP_DIR:-spanseek-backups}``)
+    its default as the file has it: `empty` for none, else the value (in backticks; a file's path may be its name
+    alone, as the GPU file's ``thresholds-gpu.yml``)."""
+    rows = deploy_table_defaults((ROOT / "docs/deploy.md").read_text(encoding="utf-8"))
+    missing, wrong = [], []
+    for name in ("docker-compose.yml", "docker-compose.gpu.yml"):
+        for var, default in compose_variables((ROOT / "deploy" / name).read_text(encoding="utf-8")).items():
+            if var not in rows:
+                missing.append(f"{name}: {var}")
+            elif not (rows[var].startswith("none: required") if default is None
+                      else re.search(rf"`({re.escape(default)}|{re.escape(default.rsplit('/', 1)[-1])})`|^{re.escape(default)}"
+                                     r"(,|$)", rows[var]) if default
+                      else rows[var] == "empty"):
+                wrong.append(f"{name}: {var} defaults to {default!r}; docs/deploy.md says {rows[var]!r}")
+    assert {"SPANSEEK_BACKUP_DIR", "SPANSEEK_MAX_QUEUE", "SPANSEEK_ADMIN_API_KEY_FILE", "GRAFANA_ADMIN_PASSWORD"} <= set(rows)
+    assert (missing, wrong) == ([], [])
+
+
+def test_a_deploy_row_of_several_variables_gives_each_its_default():
+    text = ("| `A_B`, `CC` | 64, empty | passed on |\n| `DD` | `./x.yml` (`y.yml` with the GPU file) | a file |\n"
+            "| `EE`, `FF` | empty | keys |\n")
+    assert deploy_table_defaults(text) == {"A_B": "64", "CC": "empty", "DD": "`./x.yml` (`y.yml` with the GPU file)",
+                                           "EE": "empty", "FF": "empty"}
+    assert compose_variables("a: ${A_B:-64}\nb: ${CC:-}\nc: ${PASSWORD:?set it}\n") == {"A_B": "64", "CC": "",
+                                                                                          "PASSWORD": None}
