@@ -1,5 +1,6 @@
-"""Every Python name the pages cite exists: the imports of their snippets and the dotted names in backticks; and
-every link between the pages reaches a file, and a heading where it names one.
+"""Every Python name the pages cite exists: the imports of their snippets and the dotted names in backticks; every
+flag a page gives a ``spanseek`` command is one that command takes; and every link between the pages reaches a file,
+and a heading where it names one.
 
     .venv/bin/python -m pytest -q tests/test_docs_references.py
 
@@ -12,6 +13,7 @@ the model cards. Names in backticks count when they start with ``spanseek.`` or 
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import re
 from pathlib import Path
@@ -128,3 +130,57 @@ def test_a_broken_link_is_caught(tmp_path: Path):
                     "[d](missing.md) [e](other.md#not-a-heading) [f](#results)\n")
     assert broken_links(page) == ["page.md:2: missing.md: no such file", "page.md:2: other.md#not-a-heading: no "
                                   "such heading", "page.md:2: #results: no such heading"]
+
+
+def quoted_commands(text: str) -> list[tuple[int, str]]:
+    """(line, words) of each ``spanseek ...`` the page quotes: a line of a fenced block (its continuation lines
+    joined, a ``# comment`` dropped) or one span in backticks."""
+    quoted = []
+    for block in re.finditer(r"^```[^\n]*\n(.*?)^```", text, re.MULTILINE | re.DOTALL):
+        first = text.count("\n", 0, block.start(1)) + 1
+        lines = block.group(1).replace("\\\n", "  \n").splitlines()  # (a continued line keeps its line count)
+        n = 0
+        while n < len(lines):
+            start, joined = n, lines[n]
+            while joined.endswith("  ") and n + 1 < len(lines) and lines[n].rstrip() != lines[n]:
+                n += 1
+                joined += lines[n]
+            quoted += [(first + start, m.group(0)) for m in re.finditer(r"\bspanseek [^#]*", re.split(r"\s#\s", joined)[0])]
+            n += 1
+    prose = FENCED.sub(lambda b: "\n" * b.group(0).count("\n"), text)
+    quoted += [(prose.count("\n", 0, m.start()) + 1, m.group(1)) for m in re.finditer(r"`(spanseek [^`]+)`", prose)]
+    return quoted
+
+
+def unknown_flags(words: str) -> list[str]:
+    """The ``--flags`` of ``spanseek CMD [SUB] ...`` that CMD [SUB] does not take (its parser's options); none where
+    the words name no command (``spanseek serve: error: ...``, an image ``spanseek:cpu``)."""
+    from spanseek.cli import build_parser
+
+    parser = build_parser()
+    for word in words.split()[1:]:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs or word not in subs[0].choices:
+            break
+        parser = subs[0].choices[word]
+    if any(isinstance(a, argparse._SubParsersAction) for a in parser._actions):
+        return []
+    flags = re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*[a-z0-9])(?![\w*-])", words)
+    return [flag for flag in flags if flag not in parser._option_string_actions]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_flag_a_page_gives_a_command_is_one_it_takes(page: Path):
+    """A flag quoted with its command (`spanseek index build --factory auto`) is one that command takes: a flag
+    renamed or moved to another command fails here for every page, not only those whose examples run."""
+    wrong = [f"{page.relative_to(ROOT)}:{line}: {words.strip()[:120]}: {flag}"
+             for line, words in quoted_commands(page.read_text(encoding="utf-8")) for flag in unknown_flags(words)]
+    assert wrong == []
+
+
+def test_a_flag_of_another_command_is_caught(tmp_path: Path):
+    text = ("Run `spanseek search --index x --unit doc \"q\"`, then\n\n```bash\nspanseek index build --corpus c.jsonl \\\n"
+            "    --out idx --top-k 3   # see --writes\n```\n\nand `spanseek serve --writes --max-top-k 5`; "
+            "`spanseek index build: error: --out x: ...`\n")
+    assert [(line, unknown_flags(words)) for line, words in quoted_commands(text)] == [
+        (4, ["--top-k"]), (1, []), (8, []), (8, [])]
