@@ -24,7 +24,18 @@ import numpy as np
 
 from spanseek.core.dense import EMPTY_SPANS, BatchScores, DenseBatch, DenseLeg, dedupe_grouped
 from spanseek.core.hits import Hit, HitBuilder, distinct, first_per_unit, non_overlapping_spans
-from spanseek.core.lexical import FusionBasis, LexicalIndex, RerankHead, rrf_fuse, score_fuse, zscore
+from spanseek.core.lexical import (
+    FusionBasis,
+    LexicalIndex,
+    Matches,
+    RerankHead,
+    best_of_units,
+    rrf_fuse,
+    score_fuse,
+    scores_of,
+    top_by_score,
+    zscore,
+)
 from spanseek.core.params import (
     MAX_LEXICAL_WEIGHT,
     Fusion,
@@ -35,7 +46,6 @@ from spanseek.core.params import (
 )
 from spanseek.core.plan import Plan
 from spanseek.core.rerank import RERANK_DEPTH, rerank_features, rerank_scores
-from spanseek.core.selection import unit_runs
 from spanseek.core.spans import Spans, by_group_then_score, numpy_blas
 
 # phrase unit, hybrid: the lexical passages whose every span joins the dense candidates
@@ -83,10 +93,6 @@ class LexicalFusion:
         self.dense = dense
         self.hits = hits
         self.unit_of_passage = unit_of_passage
-        # each unit's passages together (passages in unit order, where each unit's run starts): units' BM25 maxima
-        runs = unit_runs(dense.index, unit_of_passage)
-        self.unit_count = {u: count for u, (_, _, count) in runs.items()}
-        self._runs = {u: (order, starts) for u, (order, starts, _) in runs.items()}
         self.phrase_rerank = phrase_rerank
 
     def search(self, plan: Plan, batch: DenseBatch, questions: list[str]
@@ -108,15 +114,15 @@ class LexicalFusion:
         if not questions:
             return [], None
         terms = self.lexical.tokenize(questions)  # once: BM25 and the re-ranker's question terms
-        lexical = plan.bm25 if plan.bm25 is not None else self.lexical.scores(questions, terms)  # (B, P)
-        if plan.selection.passages is not None:  # only scores above zero count as matches
-            lexical = np.where(plan.selection.passages[None, :], lexical, 0)
+        lexical = plan.bm25 if plan.bm25 is not None else self.lexical.matches(questions, terms)
+        if plan.selection.passages is not None:  # the filter's passages only
+            lexical = lexical.within(plan.selection.passages)
         unit, top_k = plan.unit, plan.top_k
         lex_unit = "passage" if unit == "phrase" else unit
         n_lex = top_k if dense is None else LEXICAL_PASSAGES if unit == "phrase" else max(top_k, FUSION_DEPTH[unit])
         with numpy_blas().limit(limits=1):
-            found = self.lexical_units(lexical, lex_unit, n_lex)
-            unit_lexical = self.unit_lexical(lexical, unit) if dense is not None and unit == "doc" else None
+            matched = self.unit_matches(lexical, lex_unit)
+            found = self.lexical_units(matched, n_lex)
             # phrases in hybrid mode rank every span; units and lexical hits take each passage's best
             spans = self.dense.passage_spans([passages for _, _, passages in found], scores,
                                              best_only=dense is None or unit != "phrase")
@@ -133,8 +139,8 @@ class LexicalFusion:
                 merged = dedupe_grouped(*together, self.dense.index.num_tokens, len(questions))
                 return self.fused_phrases(merged, lexical, plan, questions, terms, basis)
             best = self.best_per_unit(*together, unit, len(questions))
-            fused = [self.fused_units(sp, lexical[b], plan, None if unit_lexical is None else unit_lexical[b],
-                                      None if basis is None else basis[b]) for b, sp in enumerate(best)]
+            fused = [self.fused_units(sp, matched[b], plan, None if basis is None else basis[b])
+                     for b, sp in enumerate(best)]
             return [hits for hits, _ in fused], [own for _, own in fused]
 
     def best_per_unit(self, groups: np.ndarray, starts: np.ndarray, ends: np.ndarray, scores: np.ndarray, unit: str,
@@ -153,33 +159,26 @@ class LexicalFusion:
         return [Spans(starts[a:b], ends[a:b], scores[a:b].astype(np.float32)) if b > a else EMPTY_SPANS
                 for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
-    def lexical_units(self, scores: np.ndarray, unit: str, n: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Per question (row of ``scores``, (B, P) BM25), its top ``n`` units by BM25 (a unit scores its best
-        passage's score; only matching ones): (units, their scores, their best passages), best first, ties by passage
-        id (a unit's best passage: the first of its passages with its score). Passages tied at the n-th place are
-        cut as ``np.argpartition`` cuts them; documents and other units are ranked for the batch at once, from each
-        unit's run of passages, ties at the cut by best passage too."""
-        if unit == "passage":
-            out = []
-            for row in scores:
-                k = min(n, len(row))
-                top = np.argpartition(-row, k - 1)[:k] if k < len(row) else np.arange(len(row))
-                top = top[np.lexsort((top, -row[top]))]
-                top = top[row[top] > 0]
-                out.append((self.unit_of_passage[unit][top], row[top], top))
-            return out
-        order, starts = self._runs[unit]
-        ranked = scores[:, order]  # each unit's passages together, in passage order
-        best = np.maximum.reduceat(ranked, starts, axis=1)  # (B, U) each unit's best score
-        lengths = np.diff(np.r_[starts, len(order)])
-        at = np.where(ranked == np.repeat(best, lengths, axis=1), np.arange(len(order)), len(order))
-        passage = order[np.minimum.reduceat(at, starts, axis=1)]  # each unit's best passage: its first at its best
-        units = self.unit_of_passage[unit][order[starts]]
-        top = np.lexsort((passage, -best), axis=1)[:, :n]  # by score, ties by best passage
+    def unit_matches(self, lexical: Matches, unit: str) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per question of ``lexical``, each ``unit`` that holds a matching passage (ascending), its BM25 score (its
+        best passage's) and that passage (the lowest-numbered with its score): made from the matching passages
+        only."""
         out = []
-        for b, t in enumerate(top):
-            t = t[best[b, t] > 0]
-            out.append((units[t], best[b, t], passage[b, t]))
+        for b in range(len(lexical)):
+            passages, scores = lexical.row(b)
+            units = self.unit_of_passage[unit][passages]
+            out.append((units, scores, passages) if unit == "passage" else best_of_units(passages, scores, units))
+        return out
+
+    @staticmethod
+    def lexical_units(matched: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], n: int
+                      ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per question, its top ``n`` units by BM25 of its ``unit_matches``: (units, their scores, their best
+        passages), best first, ties by passage id, at the cut too."""
+        out = []
+        for units, best, passages in matched:
+            top = top_by_score(best, passages, n)
+            out.append((units[top], best[top], passages[top]))
         return out
 
     def lexical_hits(self, spans: Spans, unit_scores: np.ndarray, passages: np.ndarray, top_k: int) -> list[Hit]:
@@ -196,22 +195,12 @@ class LexicalFusion:
                 break
         return hits
 
-    def unit_lexical(self, lexical: np.ndarray, unit: str) -> np.ndarray:
-        """(B, units) float64: each unit's BM25 score, its best passage's (0 when none matches), of (B, P) passage
-        scores."""
-        order, starts = self._runs[unit]
-        out = np.zeros((len(lexical), self.unit_count[unit]))
-        if lexical.size:
-            best = np.maximum.reduceat(lexical[:, order], starts, axis=1)
-            out[:, self.unit_of_passage[unit][order[starts]]] = np.maximum(best, 0)
-        return out
-
-    def fused_units(self, spans: Spans, lexical: np.ndarray, plan: Plan, unit_lexical: np.ndarray | None = None,
+    def fused_units(self, spans: Spans, matched: tuple[np.ndarray, np.ndarray, np.ndarray], plan: Plan,
                     basis: FusionBasis | None = None) -> tuple[list[Hit], FusionBasis]:
         """Hybrid passages or documents: one question's candidate units (each by its best span) ranked by the two
-        legs' scores fused over the candidates, or over ``basis``'s (the same search's candidates without its
-        filter: a unit then scores as it does there, ``score_fuse`` and ``rrf_fuse``); and the candidates' own
-        basis."""
+        legs' scores (BM25: of its ``unit_matches``, 0 for a unit none of whose passages matches) fused over the
+        candidates, or over ``basis``'s (the same search's candidates without its filter: a unit then scores as it
+        does there, ``score_fuse`` and ``rrf_fuse``); and the candidates' own basis."""
         if not len(spans.scores):
             return [], FusionBasis(np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
         unit_of_passage = self.unit_of_passage[plan.unit]
@@ -219,35 +208,31 @@ class LexicalFusion:
         first = first_per_unit(unit_of_passage[passages])  # each candidate unit's best span (spans are sorted)
         dense = spans.scores[first].astype(np.float64)
         units = unit_of_passage[passages[first]]
-        if plan.unit == "passage":
-            lex = lexical[units].astype(np.float64)
-        else:  # a document's lexical score is its best passage's
-            row = unit_lexical if unit_lexical is not None else self.unit_lexical(lexical[None], plan.unit)[0]
-            lex = row[units]
+        lex = scores_of(*matched[:2], units).astype(np.float64)  # a document's: its best passage's
         fused = (score_fuse(dense, lex, plan.lexical_weight, basis) if plan.fusion == "score"
                  else rrf_fuse(dense, lex, basis=basis, units=units))
         pick = np.argsort(-fused, kind="stable")[: plan.top_k]
         return [self.hits.hit(int(spans.starts[first[i]]), int(spans.ends[first[i]]), float(fused[i]),
                               float(dense[i]), float(lex[i])) for i in pick], FusionBasis(units, dense, lex)
 
-    def fused_phrases(self, spans: Sequence[Spans], lexical: np.ndarray, plan: Plan, questions: Sequence[str],
+    def fused_phrases(self, spans: Sequence[Spans], lexical: Matches, plan: Plan, questions: Sequence[str],
                       question_terms: Sequence[list[str]] | None = None, basis: Sequence[FusionBasis] | None = None
                       ) -> tuple[list[list[Hit]], list[FusionBasis]]:
-        """Phrases of several questions (their candidate spans, (n, P) BM25 rows and texts): dense score + w x
+        """Phrases of several questions (their candidate spans, BM25 matches and texts): dense score + w x
         z-normalised BM25 of their passage; the head of each ranking re-ranked when the index's fusion defaults carry
         re-ranking weights, the terms of every head found in one tokenisation (``question_terms``: the questions',
         when the caller has them). Also each question's candidate passages and the head of its fused list, as a
         ``FusionBasis``. ``basis``: per question, those of the same search without the plan's filter: BM25 is then
         standardised over its candidate passages, and the head re-ranked is that of both lists (``reranked``)."""
         fused, order, bases = [], [], []
-        for q, (sp, lex) in enumerate(zip(spans, lexical, strict=True)):
+        for q, sp in enumerate(spans):
             passages = self.dense.index.token_passage[sp.starts]
             cand, where = np.unique(passages, return_inverse=True)  # the candidate passages, and each span's
             best = np.full(len(cand), -np.inf)
             np.maximum.at(best, where, sp.scores)
-            bases.append(FusionBasis(cand, best, lex[cand].astype(np.float64)))
-            fused.append(sp.scores + plan.lexical_weight * zscore(lex[cand],
-                                                                  None if basis is None else basis[q].lexical)[where])
+            lex = lexical.at(q, cand)
+            bases.append(FusionBasis(cand, best, lex.astype(np.float64)))
+            fused.append(sp.scores + plan.lexical_weight * zscore(lex, None if basis is None else basis[q].lexical)[where])
             o = np.argsort(-fused[-1], kind="stable")
             order.append(o[self.hits.answers(sp.starts[o], sp.ends[o])])  # (not a lone "." or ",")
         heads = [o[:RERANK_DEPTH] if self.phrase_rerank else o[:0] for o in order]
@@ -271,9 +256,9 @@ class LexicalFusion:
                                           None if basis is None else basis[q].head)
             pos = (np.arange(len(o)) if plan.params.allow_overlap else  # distinct hits, read lazily, below
                    non_overlapping_spans(sp.starts[o], sp.ends[o], np.arange(len(o)), plan.top_k))
-            passages = self.dense.index.token_passage[sp.starts]
-            hits = (self.hits.hit(int(sp.starts[i]), int(sp.ends[i]), float(sc), float(sp.scores[i]),
-                                  float(lexical[q][passages[i]])) for i, sc in zip(o[pos], scores[pos], strict=True))
+            lex = lexical.at(q, self.dense.index.token_passage[sp.starts[o[pos]]])
+            hits = (self.hits.hit(int(sp.starts[i]), int(sp.ends[i]), float(sc), float(sp.scores[i]), float(x))
+                    for i, sc, x in zip(o[pos], scores[pos], lex, strict=True))
             out.append(distinct(hits, plan.top_k) if plan.params.allow_overlap else list(hits))
         return out, bases
 

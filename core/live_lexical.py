@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from spanseek.core.lexical import LexicalIndex, passage_text, top_passages
+from spanseek.core.lexical import LexicalIndex, Matches, passage_text
 from spanseek.core.phrase_index import PhraseIndex
 
 
@@ -99,19 +99,23 @@ class LiveLexical:
         tfc = tf / (self.k1 * ((1 - self.b) + self.b * length / self.avg_len) + tf)  # float64, as bm25s
         return (idf * tfc).astype(np.float32)
 
-    def scores(self, questions: Sequence[str], terms: Sequence[list[str]] | None = None) -> np.ndarray:
-        """(B, P) float32 BM25 score of every passage for every question (0 where no query term occurs); ``terms``:
-        the questions' ``tokenize``, when the caller has it (as ``LexicalIndex.scores``)."""
-        out = np.zeros((len(questions), self.n_passages), np.float32)
+    def matches(self, questions: Sequence[str], terms: Sequence[list[str]] | None = None) -> Matches:
+        """The BM25 matches of ``questions`` over the live passages, their terms' postings summed in the questions'
+        order of terms (as ``LexicalIndex.matches``); ``terms``: the questions' ``tokenize``, when the caller has
+        it."""
+        parts = []
         for q, words in enumerate(self.tokenize(questions) if terms is None else terms):
             held = [c for t in words if (c := self.vocab.get(t)) is not None and c < self.n_terms]
             for term, idf in zip(held, self.idf(np.asarray(held, np.int64)), strict=True):
-                for rows, s in self.term_scores(term, idf):
-                    out[q, rows] += s
-        return out
+                parts += [(q, rows, s) for rows, s in self.term_scores(term, idf)]
+        return Matches.of_postings(parts, len(questions), self.n_passages)
+
+    def scores(self, questions: Sequence[str], terms: Sequence[list[str]] | None = None) -> np.ndarray:
+        """(B, P) float32 BM25 score of every passage for every question (``matches`` as an array)."""
+        return self.matches(questions, terms).dense()
 
     def top(self, questions: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        return top_passages(self.scores(questions), k)
+        return self.matches(questions).top(k)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from spanseek.core.lexical import FusionBasis
+from spanseek.core.lexical import FusionBasis, Matches
 from spanseek.core.params import Fusion, Hit, Mode, SearchParams, Unit
 from spanseek.core.selection import Selection
 
@@ -42,9 +42,9 @@ class Plan:
     """params: the request as ranked (``top_k`` is the ranking depth, offset 0, no abstention); mode, fusion and
     lexical_weight: resolved from the index's defaults; max_tokens: the longest answer; vectors: where span
     completion reads neighbour vectors; selection: the passages the search may return; unfiltered: the same search
-    without its filter, where a filter would otherwise change a unit's score, rank or confidence; bm25: (B, P) BM25
-    score of every passage for the plan's questions, where a search of the same questions has computed them (the
-    unfiltered search's, which the filtered one takes over)."""
+    without its filter, where a filter would otherwise change a unit's score, rank or confidence; bm25: the BM25
+    matches of the plan's questions (``core.lexical.Matches``), where a search of the same questions has made them
+    (the unfiltered search's, which the filtered one takes over)."""
 
     params: SearchParams
     mode: Mode
@@ -54,7 +54,7 @@ class Plan:
     vectors: Callable[[np.ndarray], np.ndarray]
     selection: Selection
     unfiltered: Unfiltered | None = None
-    bm25: np.ndarray | None = None
+    bm25: Matches | None = None
 
     @property
     def unit(self) -> Unit:

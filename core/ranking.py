@@ -90,7 +90,7 @@ class Ranking:
               timings: StageTimes, batch: DenseBatch | None, uncollapsed: list[list[Hit]] | None = None
               ) -> tuple[list[list[Hit]], list[FusionBasis] | None]:
         """``ranked`` of the questions ``pending`` (positions in the batch) alone, as ``plan`` (a deeper one) asks."""
-        deeper = dataclasses.replace(plan, bm25=None if plan.bm25 is None else plan.bm25[pending],
+        deeper = dataclasses.replace(plan, bm25=None if plan.bm25 is None else plan.bm25.of_questions(pending),
                                      unfiltered=None if plan.unfiltered is None else plan.unfiltered.of_questions(pending))
         return self.ranked(deeper, q_start[pending], q_end[pending], None if texts is None else
                            [texts[b] for b in pending], timings,

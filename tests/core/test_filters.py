@@ -651,8 +651,8 @@ def test_a_filtered_search_scores_bm25_once_for_both_searches(searcher, mode, un
     scoring the questions again, and finds the same hits as when it scores them itself."""
     calibrated = _calibrated(searcher)
     lexical = calibrated.lexical
-    scored, scores = [], type(lexical).scores
-    monkeypatch.setattr(type(lexical), "scores", lambda self, *a: scored.append(1) or scores(self, *a))
+    scored, matches = [], type(lexical).matches
+    monkeypatch.setattr(type(lexical), "matches", lambda self, *a: scored.append(1) or matches(self, *a))
     params = dict(unit=unit, mode=mode, top_k=3, filter=FILTERS["ids"])
     once = _search(calibrated, **params)
     assert len(scored) == 1

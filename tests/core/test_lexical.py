@@ -16,7 +16,6 @@ from spanseek.core.lexical import (
     rrf_fuse,
     score_fuse,
     tokenize,
-    top_passages,
     zscore,
 )
 from spanseek.core.params import SearchParams, SearchParamsError
@@ -123,7 +122,9 @@ def test_tokenize_gives_bm25s_tokens():
 
 
 def test_top_passages_breaks_ties_by_id_and_drops_non_matches():
-    ids, scores = top_passages(np.array([[0.0, 2.0, 1.0, 2.0]]), 4)
+    from spanseek.core.lexical_reference import matches_of
+
+    ids, scores = matches_of(np.array([[0.0, 2.0, 1.0, 2.0]], np.float32)).top(4)
     assert ids.tolist() == [[1, 3, 2, -1]] and scores.tolist() == [[2.0, 2.0, 1.0, 0.0]]
 
 
@@ -266,21 +267,24 @@ def test_hybrid_unit_score_fusion_weighs_the_lexical_leg_by_the_requests_weight(
 
 
 def test_a_documents_lexical_score_is_its_best_passages(tiny_searcher):
-    """Each document's BM25 score for each question (unit_lexical) against a loop over its passages: their
-    maximum, 0 when none matches; and a hybrid document hit carries its document's."""
+    """Each matching document's BM25 score for each question (``unit_matches``) against a loop over its passages:
+    their maximum, its best passage the first with it; and a hybrid document hit carries its document's (0 when none
+    of its passages matches)."""
     fusion = tiny_searcher.fusion
     texts, qs, qe = questions_of(tiny_searcher, seed=5)
-    lexical = tiny_searcher.lexical.scores(texts)
-    lexical[0] = 0.0  # a question no passage matches
+    matches = tiny_searcher.lexical.matches(texts)
+    lexical = matches.dense()
     doc_of = fusion.unit_of_passage["doc"]
-    got = fusion.unit_lexical(lexical, "doc")
-    for b, row in enumerate(lexical):
-        want = [max([0.0, *(float(x) for x in row[doc_of == d])]) for d in range(fusion.unit_count["doc"])]
-        assert got[b].tolist() == want
+    for row, (docs, best, passages) in zip(lexical, fusion.unit_matches(matches, "doc"), strict=True):
+        want = [d for d in range(int(doc_of.max()) + 1) if row[doc_of == d].max(initial=0) > 0]
+        assert docs.tolist() == want
+        assert best.tolist() == [row[doc_of == d].max() for d in want]
+        assert passages.tolist() == [int(np.flatnonzero((doc_of == d) & (row == row[doc_of == d].max()))[0])
+                                     for d in want]
     hits = tiny_searcher.search_vectors(qs, qe, SearchParams(unit="doc", top_k=3, mode="hybrid"), None, texts)
-    for b, row in enumerate(hits[1:], start=1):
+    for b, row in enumerate(hits):
         for h in row:
-            assert h.lexical == pytest.approx(got[b][doc_of[h.passage_id]])
+            assert h.lexical == pytest.approx(lexical[b][doc_of == doc_of[h.passage_id]].max())
 
 
 def test_lexical_and_hybrid_need_the_question_texts(tiny_searcher):

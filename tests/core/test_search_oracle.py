@@ -189,21 +189,18 @@ def test_a_unit_search_completes_only_candidates_that_may_be_their_units_best(ti
 def test_the_lexical_legs_units_are_those_of_ranking_every_passage(tiny_searcher, unit):
     """``lexical_units`` (documents: ranked for the batch at once from each unit's run of passages) gives what ranking
     every passage by BM25 (ties by passage id) and taking each unit's first gives: the same units, scores and best
-    passages, in order, only those that match; with ties within and across units (passages: ties only above the
-    cut, where the cut is argpartition's)."""
+    passages, in order, only those that match; with ties within and across units and at the cut."""
     from spanseek.core.hits import first_per_unit
+    from spanseek.core.lexical_reference import matches_of
 
     fusion = tiny_searcher.fusion
     unit_of_passage = fusion.unit_of_passage[unit]
     rng = np.random.default_rng(5)
     scores = rng.integers(0, 4, size=(6, len(unit_of_passage))).astype(np.float32)  # many ties, many zeros
     scores[0] = 0  # nothing matches
-    cuts = (1, 3, len(unit_of_passage) + 1)
-    if unit == "passage":  # distinct scores around the cuts: the first 3 above the rest, which may tie
-        scores[1:, :3] = [10, 9, 8]
-        cuts = (1, 2, 3, len(unit_of_passage) + 1)
+    cuts = (1, 2, 3, 7, len(unit_of_passage) + 1)
     for n in cuts:
-        got = fusion.lexical_units(scores, unit, n)
+        got = fusion.lexical_units(fusion.unit_matches(matches_of(scores), unit), n)
         for row, (units, unit_scores, passages) in zip(scores, got, strict=True):
             top = np.argsort(-row, kind="stable")
             top = top[first_per_unit(unit_of_passage[top])][:n]
