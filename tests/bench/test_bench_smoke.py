@@ -178,6 +178,18 @@ def test_model_cost(tmp_path, tiny_model_dir, tiny_corpus, tiny_squad):
     assert second["ratio_to_first"]["index_bytes_per_token"] == 1.0  # the same model twice: the same index
 
 
+@smoke("bench/lexical_scale.py")
+@pytest.mark.slow
+def test_lexical_scale(tmp_path, tiny_index, tiny_squad):
+    args = ("--train", tiny_squad, "--questions", tiny_squad, "--sizes", "30,40", "--batch", 4, "--repeats", 1,
+            "--index", tiny_index, "--workdir", tmp_path / "work", "--out", tmp_path / "lexical.json")
+    run_bench("bench/lexical_scale.py", *args)
+    r = results(tmp_path / "lexical.json", "cpu", "results.30.total.dense", "results.40.total.matches")
+    assert {"30", "40", str(tiny_index)} == set(r["results"])
+    assert all(positive(size["array_mb"]) for size in r["results"].values())
+    assert "built" not in run_bench("bench/lexical_scale.py", *args)  # built once, under --workdir
+
+
 @smoke("bench/search_throughput.py")
 @pytest.mark.slow
 def test_search_throughput(tmp_path, tiny_model_dir, tiny_index, tiny_squad):
