@@ -78,6 +78,9 @@ def read_state(live_dir: Path, index: str | Path) -> dict[str, Any]:
         raise LiveStoreError(f"{path}: not a live directory's state (its base is not a merged base of its bases/ "
                              "folder, or its write logs are not file names of its wal/ folder); restore it, or move "
                              "the live directory away")
+    if not state["wals"]:  # a store writes to the last log it lists, so every state it writes lists one
+        raise LiveStoreError(f"{path}: not a live directory's state (its list of write logs is empty, where it always "
+                             "names the log written to); restore it, or move the live directory away")
     if base is not None and Path(base).is_absolute():  # as the previous version wrote it: the index given, or a
         # merged base of this directory (found by name where both moved together)
         merged = Path(BASES, Path(base).name)

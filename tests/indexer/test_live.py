@@ -738,13 +738,14 @@ def test_offline_index_changes_find_the_live_directory_the_server_reads(tmp_path
 @pytest.mark.parametrize("state", [{"wals": ["wal-000001.jsonl"], "base": 5}, {"wals": [1]},
                                    {"wals": ["../../elsewhere.jsonl"]}, {"wals": [""]}, {"wals": [".."]},
                                    {"wals": [], "base": "../../elsewhere"}, {"wals": [], "base": "bases/.."},
-                                   {"wals": [], "base": "elsewhere"}])
+                                   {"wals": [], "base": "elsewhere"}, {"wals": []}, {"wals": [], "base": None}])
 def test_a_state_file_of_the_wrong_shape_is_refused_naming_it(tmp_path, state):
     """A damaged state.json (a base that is no path, a write log that is no file name of wal/) was a TypeError's
     traceback from every index command that reads it (`index snapshot`, `add-lexical`, `delete`), and a log named
     ``../..`` was copied from outside the live directory; now it is the one line of any state it cannot read. So is a
     base that is not a merged base of bases/ (``../../elsewhere`` was served, given the lexical part by add-lexical,
-    and copied by a snapshot to that path above its --out)."""
+    and copied by a snapshot to that path above its --out). So is an empty list of write logs (a start with writes
+    failed on it with a bare IndexError)."""
     from spanseek.indexer.live_state import LiveStoreError, read_state
 
     live = tmp_path / "index.live"
