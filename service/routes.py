@@ -363,6 +363,7 @@ async def info(request: Request) -> InfoResponse:
     if not state.info:
         raise not_ready(request)
     s = state.settings
+    reader = _reader_info(state.searcher)
     service = {
         "status": state.status, "max_batch_size": s.max_batch_size, "max_wait_ms": s.max_wait_ms,
         "max_queue": s.max_queue, "default_top_k": s.default_top_k, "max_top_k": s.max_top_k,
@@ -371,12 +372,13 @@ async def info(request: Request) -> InfoResponse:
         "units": list(UNITS), **state.search_info,
         "max_queue_wait_ms": s.max_queue_wait_ms, "passage_context_chars": s.passage_context_chars,
         "max_request_cost": s.max_request_cost,
-        "max_passages_read": state.cost.most_passages_read(s),
+        # the limits of reading, null where no request can read (as reader, writes and files are without them)
+        "max_passages_read": state.cost.most_passages_read(s) if reader is not None else None,
         "fair_share_by": s.fair_share_by,
         "max_response_bytes": s.max_response_bytes, "max_offset_top_k": s.max_offset_top_k,
         "confidence": sorted(state.searcher.calibrator.models) if state.searcher and state.searcher.calibrator else [],
-        "pipeline": s.pipeline, "overlap": state.overlap, "reader": _reader_info(state.searcher),
-        "max_read_passages": s.max_read_passages, "version": request.app.version, "reload": state.reloader.describe(),
+        "pipeline": s.pipeline, "overlap": state.overlap, "reader": reader,
+        "max_read_passages": s.max_read_passages if reader is not None else None, "version": request.app.version, "reload": state.reloader.describe(),
         "writes": state.live.describe() if state.live is not None else None,  # live writes: base, segment, log
         "files": _file_limits(state),
     }

@@ -134,6 +134,9 @@ def test_probes_info_and_docs(client, tiny_searcher):
     assert info["service"]["max_batch_size"] == 16
     assert info["service"]["search_device"] == {"device": "cpu", "index": "cpu", "vectors": "cpu", "notes": []}
     assert info["model"]["length_bias"] == list(tiny_searcher.length_bias) == []  # the tiny model has none
+    # no reader: nothing can be read, so no limit of reading is shown (max_passages_read was 32 questions' worth)
+    assert info["service"]["reader"] is None
+    assert info["service"]["max_passages_read"] is None and info["service"]["max_read_passages"] is None
     assert client.get("/docs").status_code == 200
     paths = client.get("/openapi.json").json()["paths"]
     assert {"/search", "/health", "/ready", "/info", "/metrics"} <= set(paths)
