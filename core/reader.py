@@ -31,7 +31,7 @@ from spanseek.core.io import atomic_dir
 from spanseek.core.model import ModelError, load_pretrained, read_weights, save_weights
 from spanseek.core.runtime import every_pass
 from spanseek.core.spans import ANSWER_CANDIDATES, merge_by_answer
-from spanseek.core.text import ends_after_marks
+from spanseek.core.text import ends_after_marks, prepare_marks
 
 READER_CONFIG_NAME = "reader_config.json"
 READER_WEIGHTS_NAME = "weights.safetensors"
@@ -249,6 +249,7 @@ class PassageReader:
         self.onnx = self.passes.onnx
         # padded tokens a forward pass (default: by runtime, measured above)
         self.max_batch_tokens = max_batch_tokens or (ONNX_BATCH_TOKENS if self.passes.name == "onnx" else MAX_BATCH_TOKENS)
+        prepare_marks()  # here, while a server loads, not in the first request that reads a non-ASCII passage
 
     @classmethod
     def load(cls, ref: str | Path, device: str | torch.device = "cpu", precision: str = "fp32",

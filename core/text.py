@@ -169,6 +169,12 @@ def ends_after_marks(text: str, offsets: np.ndarray, token_starts: np.ndarray | 
     return out
 
 
+def prepare_marks() -> None:
+    """Build the combining-mark pattern (``ends_after_marks``) now, so that the first non-ASCII passage read does not
+    pay for it (its pass over Unicode: about 0.1 s of CPU, holding the GIL). A reader calls it when it loads."""
+    _mark_runs()
+
+
 def prepare_word_cuts(tokenizer) -> None:
     """Build the word-cut pattern now if ``tokenizer`` is one ``tokenize_passage_steps`` cuts texts for, so that the
     first long paragraph does not pay for it (its pass over Unicode: 0.3-0.4 s on a 2-core CPU, holding the GIL).

@@ -162,6 +162,20 @@ def test_a_passage_word_ending_in_a_combining_mark_keeps_it(tiny_reader):
     assert "Zoe\u0308" in {passage[a:b] for a, b in got.offsets[0].tolist() if a >= 0}
 
 
+def test_a_loaded_reader_reads_a_non_ascii_passage_without_building_the_mark_pattern(tiny_reader):
+    """The first read of a non-ASCII passage built the combining-mark pattern (a pass over Unicode's categories, about
+    0.1 s of CPU) inside a request: a reader builds it when it loads, and its reads use it."""
+    from spanseek.core import text
+
+    text._categories.cache_clear()
+    text._mark_runs.cache_clear()
+    reader = PassageReader.load(tiny_reader, runtime="torch")
+    assert text._categories.cache_info().currsize == 1 and text._mark_runs.cache_info().currsize == 1
+    built = text._categories.cache_info().misses, text._mark_runs.cache_info().misses
+    reader.read(["who built it?"], ["The castle was built by Zoe\u0308 in 1340."])
+    assert (text._categories.cache_info().misses, text._mark_runs.cache_info().misses) == built
+
+
 def test_a_passage_of_combining_marks_alone_reads_no_span(tiny_reader):
     """A passage with no token but combining marks (an uncased tokenizer strips them) raised IndexError while its
     tokens' ends were moved past marks, failing every pair read with it: it reads no span, and the others read."""
