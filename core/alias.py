@@ -64,8 +64,10 @@ def resolve_alias(path: str | Path) -> Resolved:
     path = Path(path)
     kind: AliasKind = "symlink" if path.is_symlink() else "directory"
     if not path.exists():
-        if kind == "symlink":
-            raise AliasError(f"{path}: a dangling symlink (it points to {os.readlink(path)}, which does not exist)")
+        if kind == "symlink":  # its target as an absolute path (a relative one is read from the link's folder), as
+            # every other path an error quotes: a caller without a key sees it cut to its last part (service.routes)
+            gone = os.path.normpath(path.absolute().parent.resolve() / os.readlink(path))
+            raise AliasError(f"{path}: a dangling symlink (it points to {gone}, which does not exist)")
         return Resolved(path, kind, path.absolute())  # opening it says what is missing and what to run
     target = path
     if path.is_file():  # (a symlink to a pointer file is read as that pointer file)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import re
 import shutil
 import threading
 import time
@@ -392,6 +393,10 @@ def test_switch_alias_kinds_and_errors(tmp_path, tiny_index, index_b):
     (tmp_path / "dangling").symlink_to(tmp_path / "gone")
     with pytest.raises(AliasError, match="dangling symlink"):
         resolve_alias(tmp_path / "dangling")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "relative").symlink_to("../old/gone")  # quoted as the absolute path it names
+    with pytest.raises(AliasError, match=rf"dangling symlink \(it points to {re.escape(str(tmp_path.resolve() / 'old' / 'gone'))}, "):
+        resolve_alias(tmp_path / "sub" / "relative")
     (tmp_path / "empty").write_text("")
     with pytest.raises(AliasError, match="empty pointer file"):
         resolve_alias(tmp_path / "empty")
@@ -462,16 +467,18 @@ async def test_a_failed_reload_of_a_relative_path_hides_it_from_a_caller_without
     (tmp_path / "aliases").mkdir()
     (tmp_path / "aliases" / "dangling").symlink_to(tmp_path / "gone")
     (tmp_path / "aliases" / "pointer").write_text("no-such-dir\n")
+    (tmp_path / "aliases" / "relative").symlink_to("../retired/gone")  # its target quoted whole, as stored, before
     monkeypatch.chdir(tmp_path)
     app = create_app(settings_for())
     reloader = app.state.service.reloader
     async with async_serve(app) as client:
-        for given, says in ((Path("aliases/dangling"), "dangling symlink"), (Path("aliases/pointer"), "names no")):
+        for given, says in ((Path("aliases/dangling"), "dangling symlink"), (Path("aliases/pointer"), "names no"),
+                            (Path("aliases/relative"), "points to .../gone,")):
             with pytest.raises(ReloadFailed):
                 await reloader.reload(given, reason="SIGHUP")
             error = (await client.get("/info")).json()["service"]["reload"]["last"]["error"]
             assert says in error and f".../{given.name}" in error, error
-            assert "aliases" not in error, error
+            assert "aliases" not in error and "retired" not in error, error
 
 
 async def test_a_start_that_fails_on_a_relative_alias_hides_it_from_a_caller_without_a_key(settings_for, until,
