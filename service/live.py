@@ -61,6 +61,7 @@ from spanseek.indexer.live import (
 from spanseek.service.errors import PayloadTooLarge
 from spanseek.service.file_reader import FileReader
 from spanseek.service.heap import give_back
+from spanseek.service.logs import in_this_context
 from spanseek.service.metrics import ServiceMetrics
 from spanseek.service.settings import Settings
 
@@ -309,13 +310,20 @@ class LiveWrites:
 
     async def _encoder_step(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(*args)``, one step of a write: in the write steps' thread (``write_nice``), else in the encoder's
-        thread in a gap between search batches (the batcher's ``run_write_step``)."""
+        thread in a gap between search batches (the batcher's ``run_write_step``); with the request's id on the lines
+        it logs there."""
+        fn = in_this_context(fn)
         if self.step_pool is not None:
             step = fn if self.metrics is None else self.metrics.timed_write_step(fn, time.perf_counter())
             return await asyncio.get_running_loop().run_in_executor(self.step_pool, step, *args)
         if self._run_step is not None:
             return await self._run_step(fn, *args)
         return await asyncio.get_running_loop().run_in_executor(self.encoder_pool, fn, *args)
+
+    async def _in_write_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` in the write thread (the store's writes, one at a time), with the request's id on the
+        lines it logs there."""
+        return await asyncio.get_running_loop().run_in_executor(self.write_pool, in_this_context(fn), *args)
 
     def _publish(self, snapshot: LiveIndex) -> None:
         """Serve ``snapshot`` (the store calls it before it shows the snapshot's counts); over a merged base, the
@@ -372,7 +380,6 @@ class LiveWrites:
         HeldDocuments when an id is held already (checked before encoding, and again as the write is logged);
         ``max_tokens`` (0: no bound): PayloadTooLarge, nothing encoded, when the documents hold more tokens."""
         t0 = time.perf_counter()
-        loop = asyncio.get_running_loop()
         if only_new and (held := self.store.held([d.id for d in docs])):
             raise HeldDocuments(held)
         tokenised, counts = [], []
@@ -397,7 +404,7 @@ class LiveWrites:
                     pass
                 parts.append(done[1])
             encoded.append(self.encoder.assemble(doc, parts))
-        await loop.run_in_executor(self.write_pool, self.store.upsert, docs, encoded, only_new)
+        await self._in_write_thread(self.store.upsert, docs, encoded, only_new)
         self.metrics.write_visible.observe(time.perf_counter() - t0)
         self.metrics.documents_written.inc(len(docs))
         self.gauges()
@@ -409,13 +416,12 @@ class LiveWrites:
                      ) -> list[str]:
         """Delete documents by id, or every one passing ``flt``; returns the ids deleted. ``dry_run`` (with
         ``flt``): the ids it would delete, nothing deleted."""
-        loop = asyncio.get_running_loop()
         if flt is not None and dry_run:
-            return (await loop.run_in_executor(self.write_pool, self.store.delete_where, flt, True))[0]
+            return (await self._in_write_thread(self.store.delete_where, flt, True))[0]
         if flt is not None:
-            deleted, _ = await loop.run_in_executor(self.write_pool, self.store.delete_where, flt)
+            deleted, _ = await self._in_write_thread(self.store.delete_where, flt)
         else:
-            deleted, _ = await loop.run_in_executor(self.write_pool, self.store.delete, ids or [])
+            deleted, _ = await self._in_write_thread(self.store.delete, ids or [])
         self.metrics.documents_deleted.inc(len(deleted))
         self.gauges()
         self.maybe_merge()

@@ -3,7 +3,7 @@
 The request-id middleware sets ``request_id_var`` for the task that serves a request, so every line logged while
 serving it (by the app, FastAPI, uvicorn) names it. The batcher runs a batch of several requests in a worker
 thread: it calls its steps through ``with_request_ids``, so lines logged in the thread name every request of the
-batch. ``spanseek serve --log-format json`` writes one JSON object per line:
+batch. A request's own work in a pool's thread (a write's steps and its log entry) is run ``in_this_context``. ``spanseek serve --log-format json`` writes one JSON object per line:
 
     {"level": "INFO", "logger": "spanseek.access", "message": "POST /search 200 12.3 ms", "request_id": "4f7c...",
      "request_ids": null, "method": "POST", "path": "/search", "status": 200, "duration_ms": 12.3, ...,
@@ -15,11 +15,12 @@ uvicorn's own access log is off: the middleware's access line has the duration a
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, copy_context
 from typing import Any, Literal, TypeVar
 
 LogFormat = Literal["text", "json"]
@@ -45,6 +46,12 @@ def with_request_ids(request_ids: Sequence[str], fn: Callable[..., T], *args: An
     """``fn(*args)`` inside ``logging_for(request_ids)``: what the batcher runs in its worker threads."""
     with logging_for(request_ids):
         return fn(*args)
+
+
+def in_this_context(fn: Callable[..., T]) -> Callable[..., T]:
+    """``fn`` to be run in another thread inside a copy of the caller's context, so that lines it logs there name the
+    request being served: ``loop.run_in_executor`` copies no context (``asyncio.to_thread`` does, but takes no pool)."""
+    return functools.partial(copy_context().run, fn)
 
 
 class RequestIdFilter(logging.Filter):

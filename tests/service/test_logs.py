@@ -181,3 +181,31 @@ def test_a_library_logger_set_to_debug_prints_nothing_below_the_level_asked_for(
     out = stream.getvalue()
     logger.handlers.clear()
     assert ("building index from ids" in out) == (level == "debug") and "the index is large" in out
+
+
+@pytest.mark.parametrize("write_nice", [0, 5])
+def test_lines_logged_in_a_write_s_threads_name_its_request(write_settings, records, monkeypatch, write_nice):
+    """A write's steps and its store write run in threads of their own (the encoder's or the write steps', and the
+    write thread), which the request's context did not reach: lines logged there had no request id."""
+    from spanseek.service import live as live_module
+    from tests.service.conftest import serving
+
+    def logged(what, fn):
+        def run(*args, **kwargs):
+            logging.getLogger("tests.writes").info("%s", what)
+            return fn(*args, **kwargs)
+        return run
+
+    monkeypatch.setattr(live_module, "advance", logged("step", live_module.advance))
+    with serving(create_app(write_settings(write_nice=write_nice))) as client:
+        store = client.app.state.service.live.store
+        monkeypatch.setattr(store, "upsert", logged("upsert", store.upsert))
+        monkeypatch.setattr(store, "delete", logged("delete", store.delete))
+        records.clear()
+        doc = {"id": "new-1", "title": "Harbour", "paragraphs": ["In 1450 Gala built the harbour bridge."]}
+        key = {"X-API-Key": "key"}
+        assert client.put("/documents", headers={**key, "X-Request-ID": "put-1"}, json=doc).status_code == 200
+        assert client.delete("/documents/new-1", headers={**key, "X-Request-ID": "del-1"}).status_code == 200
+    lines = [(r.getMessage(), r.request_id) for r in records if r.name == "tests.writes"]
+    assert {"step", "upsert", "delete"} == {what for what, _ in lines}
+    assert all(rid == ("del-1" if what == "delete" else "put-1") for what, rid in lines), lines
