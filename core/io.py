@@ -62,6 +62,7 @@ class Document:
     paragraphs: tuple[str, ...]
     meta: dict[str, Any] = field(default_factory=dict)  # carried into the index's document store, returned with hits
     line: int = field(default=0, compare=False)  # its line in the corpus file (0: not read from one)
+    id_from_line: bool = field(default=False, compare=False)  # its line had no id: ``id`` is the line number
     # one metadata object per paragraph (a page, a heading path), stored with each passage; () when none has any
     passage_meta: tuple[dict[str, Any], ...] = ()
 
@@ -606,7 +607,8 @@ def document_from_json(obj: Any, where: str, lineno: int = 0, stats: ReadStats |
         return None
     stats.documents += 1
     stats.paragraphs += len(kept)
-    return Document(id=str(doc_id), title=title, paragraphs=kept, meta=meta, line=lineno, passage_meta=kept_meta)
+    return Document(id=str(doc_id), title=title, paragraphs=kept, meta=meta, line=lineno, passage_meta=kept_meta,
+                    id_from_line="id" not in obj)
 
 
 def _check_meta(where: str, doc_id: object, metas: list[tuple[str, str, dict[str, Any]]], may_be_large: bool,
@@ -684,16 +686,25 @@ def unique_ids(docs: Iterable[Document], path: str | Path, existing: Iterable[st
     among the ``existing`` ids (``existing_name`` says where those are). An id's Unicode spellings are one id
     (``core.ids``: "café" composed or decomposed), compared by the composed one."""
     held = {new_id(i) for i in existing}
-    seen: dict[str, int] = {}
+    seen: dict[str, Document] = {}
     for doc in docs:
         key = new_id(doc.id)
         if key in held:
-            raise CorpusError(f"{path}:{doc.line}: document id {doc.id!r} is already in {existing_name}")
-        if key in seen:
-            raise CorpusError(f"{path}:{doc.line}: document id {doc.id!r} was already used on line {seen[key]}; "
-                              "document ids must be unique")
-        seen[key] = doc.line
+            raise CorpusError(f"{path}:{doc.line}: {_id_of(doc)} is already in {existing_name}")
+        if (first := seen.get(key)) is not None:
+            used = (f"was already given on line {first.line} to the document there, which has no id (a document "
+                    "without one takes its line number)" if first.id_from_line else
+                    f"was already used on line {first.line}")
+            raise CorpusError(f"{path}:{doc.line}: {_id_of(doc)} {used}; document ids must be unique")
+        seen[key] = doc
         yield doc
+
+
+def _id_of(doc: Document) -> str:
+    """A document's id as an error names it: one its line did not give is said to be the line number."""
+    if doc.id_from_line:
+        return f"this document has no id, and its line number, {doc.id!r}, which it takes as its id,"
+    return f"document id {doc.id!r}"
 
 
 def check_corpus(path: str | Path, existing: Iterable[str] = (), existing_name: str = "") -> ReadStats:

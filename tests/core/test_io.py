@@ -436,6 +436,26 @@ def test_unique_ids_names_both_lines(tmp_path):
         list(unique_ids(read_corpus(path), path, existing={"b"}, existing_name="the index X"))
 
 
+def test_a_repeated_id_that_a_line_without_one_took_says_it_is_that_line_s_number(tmp_path):
+    """A document without an id takes its line number: an explicit id equal to it, on either side, was "document id
+    '1' was already used on line 1" to a user who wrote that id once, or never."""
+    from spanseek.core.io import unique_ids
+
+    untitled = {"title": "t", "paragraphs": ["p"]}
+    first = _write_lines(tmp_path / "first.jsonl", [json.dumps(untitled), json.dumps({**untitled, "id": "1"})])
+    with pytest.raises(CorpusError, match=rf"^{first}:2: document id '1' was already given on line 1 to the document "
+                                          r"there, which has no id \(a document without one takes its line number\)"):
+        list(unique_ids(read_corpus(first), first))
+    later = _write_lines(tmp_path / "later.jsonl", [json.dumps({**untitled, "id": 2}), json.dumps(untitled)])
+    with pytest.raises(CorpusError, match=rf"^{later}:2: this document has no id, and its line number, '2', which it "
+                                          "takes as its id, was already used on line 1"):
+        list(unique_ids(read_corpus(later), later))
+    with pytest.raises(CorpusError, match=rf"^{first}:1: this document has no id, and its line number, '1', which it "
+                                          "takes as its id, is already in the index X"):
+        list(unique_ids(read_corpus(first), first, existing={"1"}, existing_name="the index X"))
+    assert [d.id for d in read_corpus(later)] == ["2", "2"]  # (the ids themselves are as before)
+
+
 def test_unique_ids_reads_an_id_in_either_unicode_spelling_as_one(tmp_path):
     """"café" composed (NFC) and decomposed (NFD, a Mac's file name) name one document (core.ids), so a corpus
     holding both, or one spelling of an id an index holds in the other, repeats an id."""
