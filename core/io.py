@@ -91,7 +91,7 @@ class Question:
     id: str
     question: str
     answers: tuple[str, ...]
-    answer_starts: tuple[int, ...]
+    answer_starts: tuple[int | None, ...]  # each answer's character in the context as given (None: none given)
     title: str
     context: str
     doc_index: int  # index of the article in the file
@@ -873,7 +873,7 @@ def squad_questions(data: list[dict[str, Any]], keep: Callable[[int], bool] | No
                         id=str(qa.get("id", f"{di}-{pi}-{len(out)}")),
                         question=qa["question"],
                         answers=tuple(a["text"] for a in answers),
-                        answer_starts=tuple(int(a.get("answer_start", -1)) for a in answers),
+                        answer_starts=tuple(a.get("answer_start") for a in answers),  # (ints: checked above)
                         title=title,
                         context=ctx,
                         doc_index=di,

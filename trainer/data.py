@@ -41,16 +41,17 @@ def answer_span(q: Question) -> tuple[int, int] | None:
     """The characters [start, end) of the question's first answer in its context; None when it has no answer, no
     ``answer_start``, or one that does not point at the answer's text (past the context's end, or at other words:
     a file whose offsets were shifted, or counted in another encoding)."""
-    if not q.answers or not q.answer_starts or q.answer_starts[0] < 0:
+    start = q.answer_starts[0] if q.answers and q.answer_starts else None
+    if start is None or start < 0:
         return None
-    start, end = q.answer_starts[0], q.answer_starts[0] + len(q.answers[0])
+    end = start + len(q.answers[0])
     return (start, end) if q.context[start:end] == q.answers[0] else None
 
 
 def unplaced(q: Question) -> str | None:
     """Why the question has no ``answer_span`` (a reason of ``LEFT_OUT``: no answer or offset, or an offset not at
     its answer's text); None when it has one."""
-    if not q.answers or not q.answer_starts or q.answer_starts[0] < 0:
+    if not q.answers or not q.answer_starts or q.answer_starts[0] is None:  # (a negative one is not at its answer)
         return "no_answer_tokens"
     return "answer_not_at_offset" if answer_span(q) is None else None
 
@@ -150,7 +151,7 @@ def warn_left_out(path: str | Path, left_out: dict[str, list[Question]], total: 
 def _where(q: Question, reason: str) -> str:
     """A question's id, article and paragraph, and (for a misplaced answer) where its answer is, for a warning."""
     at = f"question {q.id!r} (data[{q.doc_index}].paragraphs[{q.para_index}])"
-    if not q.answers or not q.answer_starts:
+    if not q.answers or not q.answer_starts or q.answer_starts[0] is None:
         return at
     answer, start = q.answers[0], q.answer_starts[0]
     if reason == "answer_not_at_offset":

@@ -280,6 +280,24 @@ def test_an_answer_whose_offset_misses_its_text_is_neither_trained_nor_read(tiny
             "character 3)") in caplog.text
 
 
+def test_a_negative_answer_start_is_counted_as_not_at_its_answer_and_a_missing_one_as_no_answer(tiny_backbone):
+    """SQuAD data read a missing answer_start as -1, so a given negative one (-1, -7: an offset counted wrongly) was
+    counted as no answer (no_answer_tokens) where it is an answer not at its offset."""
+    from transformers import AutoTokenizer
+
+    from spanseek.core.io import squad_questions
+
+    context = "In 1841 Borin crossed the river by railway."
+    answers = [{"text": "Borin", "answer_start": context.index("Borin")}, {"text": "1841", "answer_start": -1},
+               {"text": "river", "answer_start": -7}, {"text": "railway"}]
+    questions = squad_questions([{"title": "t", "paragraphs": [{"context": context, "qas": [
+        {"id": f"q{i}", "question": f"what {i}?", "answers": [a]} for i, a in enumerate(answers)]}]}])
+    windows, skipped = build_windows(questions, AutoTokenizer.from_pretrained(tiny_backbone), 64, 8, 6)
+    assert skipped["answer_not_at_offset"] == 2 and skipped["no_answer_tokens"] == 1
+    assert [q for w in windows for q in w.questions] == ["what 0?"]
+    assert [q.answer_starts for q in questions] == [(context.index("Borin"),), (-1,), (-7,), (None,)]
+
+
 def test_train_filter_names_a_file_without_questions_to_train_or_validate_on(tiny_model_dir, tmp_path, capsys,
                                                                            monkeypatch):
     """A file with no held-out article (3 articles: the split holds out article 7), or whose training answers all
