@@ -36,7 +36,7 @@ from spanseek.core.written import file_document
 from spanseek.indexer.chunking import ChunkOptions, ChunkOptionsError
 from spanseek.indexer.extracted import IngestError
 from spanseek.indexer.ingest import FORMATS, IngestOptions, parse_meta
-from spanseek.indexer.live import HeldDocuments
+from spanseek.indexer.live import HeldDocuments, UnheldLongIds
 from spanseek.service import file_reader
 from spanseek.service.errors import (
     Overloaded,
@@ -103,12 +103,12 @@ async def _write(request: Request, name: str, doc_id: str | None, meta: list[str
     opts = file_options(query_texts(request, meta, "meta"), max_tokens, overlap, min_tokens)
     # a file's id is its name, in any spelling, as /documents/{id}'s; looked up off the loop (writes.read_document)
     held, replacing = await asyncio.to_thread(named, live.store.snapshot, doc_id)
+    id_at = ("query", "id") if id_given else ("path", "name")  # where the request gives the id
     try:  # what the request gives of the document, checked as PUT /documents checks one, before the body is read
         written_document({"id": doc_id, "paragraphs": [name], "meta": opts.extra_meta}, shortened(name),
                          live.settings.max_title_chars, replacing)
     except CorpusError as e:
-        raise refuse(*(("query", "meta") if e.field == "meta" else ("query", "id") if id_given else ("path", "name")),
-                     str(e)) from None
+        raise refuse(*(("query", "meta") if e.field == "meta" else id_at), str(e)) from None
     reader = live.file_reader
     try:
         declared = _declared_length(request)
@@ -121,6 +121,8 @@ async def _write(request: Request, name: str, doc_id: str | None, meta: list[str
                 return await _read_and_write(request, live, name, doc_id, (held, replacing), opts, only_new, data)
     except UploadsBusy as e:
         raise Overloaded(str(e), e.retry_after) from None
+    except UnheldLongIds as e:  # held when looked up above, deleted before the write: a new id, too long to be one
+        raise refuse(*id_at, f"{shortened(name)}: 'id' {e.problem()}") from None
 
 
 def _declared_length(request: Request) -> int | None:

@@ -33,7 +33,7 @@ from spanseek.core.params import SearchParamsError
 from spanseek.core.written import routing_problem
 from spanseek.core.written import written_document as core_written_document
 from spanseek.indexer.ingest import parse_meta
-from spanseek.indexer.live import HeldDocuments, indexed_document, live_row
+from spanseek.indexer.live import HeldDocuments, UnheldLongIds, indexed_document, live_row
 from spanseek.service.errors import (
     BadRequest,
     Conflict,
@@ -207,6 +207,16 @@ def held_already(e: HeldDocuments, replacing: str) -> Conflict:
     return Conflict(f"{e.message(quoted)}; {replacing} replaces documents by id")
 
 
+async def upsert_documents(live: Any, docs: list[Document], only_new: bool = False) -> dict[str, int]:
+    """Write a request's ``docs`` (``parse_documents``); the 422 at a document's id that ``parse_documents`` gives one
+    too long to be new, where the document held under it, which the write was to replace, was deleted since."""
+    try:
+        return await live.upsert(docs, only_new=only_new, max_tokens=live.settings.max_write_tokens)
+    except UnheldLongIds as e:
+        i = next(i for i, d in enumerate(docs) if d.id == e.ids[0])
+        raise refuse_document(i, "id", f"document {i}: 'id' {e.problem()}") from None
+
+
 def refuse_document(i: int, field: str, msg: str) -> RequestValidationError:
     """A 422 at ``body.documents.i.field`` saying ``msg``."""
     return RequestValidationError([{"loc": ("body", "documents", i, field), "msg": msg, "type": "value_error"}])
@@ -221,7 +231,7 @@ async def put_documents(request: Request, body: UpsertRequest) -> WriteResponse:
     live = live_of(request)
     docs = await asyncio.to_thread(parse_documents, body.documents, live.store.snapshot,  # (ids looked up: off the loop)
                                    live.settings.max_title_chars)
-    written = await live.upsert(docs, max_tokens=live.settings.max_write_tokens)
+    written = await upsert_documents(live, docs)
     return WriteResponse(**written, request_id=request_id_of(request))
 
 
@@ -235,7 +245,7 @@ async def post_documents(request: Request, body: UpsertRequest) -> WriteResponse
     docs = await asyncio.to_thread(parse_documents, body.documents, live.store.snapshot,
                                    live.settings.max_title_chars)
     try:
-        written = await live.upsert(docs, only_new=True, max_tokens=live.settings.max_write_tokens)
+        written = await upsert_documents(live, docs, only_new=True)
     except HeldDocuments as e:
         raise held_already(e, "PUT /documents") from None
     return WriteResponse(**written, request_id=request_id_of(request))

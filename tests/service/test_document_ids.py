@@ -316,6 +316,34 @@ def test_a_held_id_of_any_length_is_read_replaced_and_deleted(settings_for, tmp_
             assert r.status_code == 422 and "'id' has 1,034 characters" in r.text, r.text
 
 
+@pytest.mark.parametrize("route", ["body", "file id"])
+def test_a_held_long_id_deleted_after_a_write_looked_it_up_is_not_written_anew(settings_for, tmp_path, tiny_model_dir,
+                                                                               monkeypatch, route):
+    """A write of a held id over the limit looked it up before it read the body and encoded it, and wrote later: a
+    DELETE in between let it write a new document under an id no write may make. The store checks it as it writes."""
+    long_id = "z" * (LONGEST + 10)
+    index = _index_holding(tmp_path, tiny_model_dir, long_id)
+    settings = settings_for(index=index, writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0)
+    with serving(create_app(settings)) as client:
+        store = client.app.state.service.live.store
+        upsert = store.upsert
+
+        def deleted_first(*args, **kwargs):  # a DELETE of it that lands between the lookup and the write
+            store.delete([long_id])
+            return upsert(*args, **kwargs)
+
+        monkeypatch.setattr(store, "upsert", deleted_first)
+        r = (client.put("/documents", headers=KEY, json={"documents": [doc("short"), doc(long_id)]}) if route == "body"
+             else client.put("/files/a.txt", headers=KEY, params={"id": long_id}, content=TEXT.encode()))
+        assert r.status_code == 422 and r.json()["error"] == "validation_error", r.text
+        (detail,) = r.json()["details"]
+        assert detail["loc"] == {"body": ["body", "documents", "1", "id"], "file id": ["query", "id"]}[route]
+        assert "'id' has 1,034 characters; an id has at most 1,024 (a write takes a longer one only to replace" in \
+            detail["msg"], detail
+        assert client.get(path(long_id), headers=KEY).status_code == 404  # deleted, and not written anew
+        assert client.get(path("short"), headers=KEY).status_code == 404  # nothing of the request written
+
+
 def test_a_message_quotes_a_long_id_or_file_name_shortened(write_settings):
     """A 404, a 409 and an ``unreadable_file`` quoted the whole id or file name: a kilobyte in the client's message
     and the log, for each. Now its first 100 characters and its length, as every error quotes a request's text."""
