@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, TypeAlias, Union
 
 from pydantic import (
     AliasChoices,
@@ -13,11 +14,14 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    ValidationError,
     ValidationInfo,
+    WrapValidator,
     create_model,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from spanseek.core.filters import BOUNDS, MAX_FILTER_CONDITIONS, size_problem, value_text
 from spanseek.core.ids import MAX_ID_CHARS
@@ -46,6 +50,46 @@ def too_deep_message(name: str) -> str:
             "to filter on and return with hits")
 
 
+_KIND_NAMES = {str: "a string", int: "an integer", float: "a number"}
+
+
+def kinds_text(tp: Any) -> str:
+    """What a value of the union ``tp`` may be, as a 422 names it: ``true, false, 'exact' or 'near'`` (an integer is
+    not named beside a number, which it is)."""
+    names: list[str] = []
+    for member in typing.get_args(tp):
+        if member is bool:
+            names += ["true", "false"]
+        elif typing.get_origin(member) is Literal:
+            names += [repr(v) for v in typing.get_args(member)]
+        elif member is type(None):
+            names.append("null")
+        elif member is not int or float not in typing.get_args(tp):
+            names.append(_KIND_NAMES[member])
+    return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]
+
+
+def one_error(tp: Any, expected: str | None = None) -> WrapValidator:
+    """The validator of a field of ``tp``, a union of types (``Annotated[tp, one_error(tp)]``): a value that fits none
+    of them is one error at the field's own place saying what it takes (``expected``, else ``kinds_text``). Pydantic gives one error per type of the union, each at a place named
+    after the type, and a 422's message names the first: ``"collapse_duplicates": "Near"`` read
+    ``body.collapse_duplicates.bool: Input should be a valid boolean``, as if "near" were not a value it takes."""
+    text = expected or kinds_text(tp)
+
+    def validate(value: Any, handler: Any) -> Any:
+        try:
+            return handler(value)
+        except ValidationError as e:
+            if any(len(err["loc"]) > 1 for err in e.errors()):  # an error inside a value of one of its types
+                raise
+            raise PydanticCustomError("invalid_type", "Input should be {expected}", {"expected": text}) from None
+
+    return WrapValidator(validate)
+
+
+MetaValueIn: TypeAlias = Annotated[MetaValue, one_error(MetaValue)]  # a metadata value a filter compares
+
+
 def unencodable_at(text: str) -> int | None:
     """Index of the first character that has no UTF-8 form (a lone surrogate), or None when ``text`` encodes.
 
@@ -59,6 +103,11 @@ def unencodable_at(text: str) -> int | None:
     return None
 
 
+# a bound of a range: a number, or a date (an unparsable date is the core filter's to refuse, as in ``match``)
+Bound: TypeAlias = Annotated[int | float | str | None,
+                             one_error(int | float | str | None, "a number or an ISO-8601 date or datetime string")]
+
+
 class RangeIn(BaseModel):
     """Bounds of a range condition: numbers, or ISO-8601 dates / datetimes (``core.filters.Range``).
 
@@ -69,10 +118,10 @@ class RangeIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    gt: int | float | str | None = Field(None, description="greater than")
-    gte: int | float | str | None = Field(None, description="greater than or equal")
-    lt: int | float | str | None = Field(None, description="less than")
-    lte: int | float | str | None = Field(None, description="less than or equal")
+    gt: Bound = Field(None, description="greater than")
+    gte: Bound = Field(None, description="greater than or equal")
+    lt: Bound = Field(None, description="less than")
+    lte: Bound = Field(None, description="less than or equal")
 
     @model_validator(mode="after")
     def _one_kind(self) -> RangeIn:
@@ -91,8 +140,8 @@ class FieldConditionIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     key: str = Field(min_length=1, description="the metadata field", examples=["year"])
-    match: MetaValue = Field(None, description="the field equals this value (a list field: one of its elements)")
-    any: list[MetaValue] | None = Field(None, min_length=1, max_length=MAX_FILTER_IDS,
+    match: MetaValueIn = Field(None, description="the field equals this value (a list field: one of its elements)")
+    any: list[MetaValueIn] | None = Field(None, min_length=1, max_length=MAX_FILTER_IDS,
                                         description="the field equals one of these values")
     range: RangeIn | None = Field(None, description="the field lies in the range (every bound given holds)")
 
@@ -131,7 +180,7 @@ class FilterIn(BaseModel):
     doc_ids: list[str] | None = Field(None, min_length=1, max_length=MAX_FILTER_IDS,
                                       description="only these documents (their ids)")
     title_prefix: str | None = Field(None, description="only documents whose title starts with this (case-sensitive)")
-    meta: dict[str, MetaValue] | None = Field(
+    meta: dict[str, MetaValueIn] | None = Field(
         None, max_length=MAX_FILTER_KEYS, description="only documents whose metadata has each key with an equal "
         "value (strings, numbers, booleans or null; true is not 1)", examples=[{"lang": "en"}],
     )
@@ -189,6 +238,8 @@ def search_parameter_fields() -> dict[str, Any]:
         tp, default = hints[f.name], f.default
         if default is not None and not isinstance(default, bool):
             tp, default = tp | None, None
+        if typing.get_origin(tp) in (Union, types.UnionType) and len(set(typing.get_args(tp)) - {type(None)}) > 1:
+            tp = Annotated[tp, one_error(tp)]  # collapse_duplicates: true, false, 'exact' or 'near'
         note = SERVER_NOTES.get(f.name)
         alias = AliasChoices("max_answer_tokens", "max_answer_length") if f.name == "max_answer_tokens" else None
         fields[f.name] = (tp, Field(default, description=f.metadata["help"] + (f"; {note}" if note else ""),

@@ -175,3 +175,24 @@ async def test_a_filter_is_made_off_the_event_loop(settings_for, tiny_searcher, 
         bad = {"must": [{"key": "d", "range": {"gte": "someday"}}]}  # refused by the core filter, not the schema
         r = await client.post("/search", json={"query": "a", "filter": bad})
         assert r.status_code == 400 and "'d'" in r.json()["message"] and "not an ISO-8601" in r.json()["message"]
+
+
+@pytest.mark.parametrize(("body", "where", "takes"), [
+    ({"collapse_duplicates": "Near"}, "body.collapse_duplicates", "true, false, 'exact' or 'near'"),
+    ({"collapse_duplicates": None}, "body.collapse_duplicates", "true, false, 'exact' or 'near'"),
+    ({"filter": {"must": [{"key": "year", "match": [1901]}]}}, "body.filter.must.0.field.match",
+     "a string, a number, true, false or null"),
+    ({"filter": {"must": [{"key": "tags", "any": ["a", {"b": 1}]}]}}, "body.filter.must.0.field.any.1",
+     "a string, a number, true, false or null"),
+    ({"filter": {"meta": {"lang": ["en"]}}}, "body.filter.meta.lang", "a string, a number, true, false or null"),
+    ({"filter": {"must": [{"key": "year", "range": {"gte": True}}]}}, "body.filter.must.0.field.range.gte",
+     "a number or an ISO-8601 date or datetime string"),
+])
+def test_a_value_of_none_of_a_fields_types_is_one_error_naming_all_it_takes(client, body, where, takes):
+    """A value that fits none of a field's types is one error at the field, naming every kind of value it takes (it
+    was one error per type, at places named after them, and the message named the first: a "Near" given for
+    collapse_duplicates read "body.collapse_duplicates.bool: Input should be a valid boolean")."""
+    r = client.post("/search", json={"query": "a", **body})
+    assert r.status_code == 422, r.text
+    assert r.json()["message"] == f"the request does not match the API schema: {where}: Input should be {takes}"
+    assert [".".join(map(str, d["loc"])) for d in r.json()["details"]] == [where]
