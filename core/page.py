@@ -57,6 +57,12 @@ def with_listed(hits: list[Hit], listed: list[Hit], unit: str) -> tuple[list[Hit
     return whole, [at[unit_key(h, unit)] for h in hits]
 
 
+def blank_page(params: SearchParams) -> Hits:
+    """The page of a blank question (``core.text.has_text``), which is not searched: no hits, and ``no_answer`` where
+    ``min_confidence`` asks for a hit that reaches it, as for a question whose search finds nothing."""
+    return Pager.page_of([], params)
+
+
 def scored(hits: Sequence[Hit]) -> tuple[list[float], list[float | None], list[float | None], list[str]]:
     """A ranked list as the calibrator reads it: its hits' scores, dense and lexical scores, and texts."""
     return [h.score for h in hits], [h.dense for h in hits], [h.lexical for h in hits], [h.text for h in hits]

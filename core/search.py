@@ -29,7 +29,7 @@ from spanseek.core.fusion import LexicalFusion, check_fusion, read_weight
 from spanseek.core.gpu import OnDevice
 from spanseek.core.hits import Hit, HitBuilder, Hits
 from spanseek.core.lexical import LexicalIndexMissing, missing_message
-from spanseek.core.page import Pager
+from spanseek.core.page import Pager, blank_page
 from spanseek.core.params import MODES, Mode, SearchFilter, SearchParams, SearchParamsError, check_search_args
 from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.plan import Plan, StageTimes, Unfiltered
@@ -145,8 +145,8 @@ class Searcher:
 
     def search(self, questions: list[str], params: SearchParams = DEFAULT_PARAMS,
                timings: StageTimes | None = None) -> list[Hits]:
-        """Encode questions and search; ``timings`` (if given) receives each stage's seconds. A blank question gets
-        no hits, as from the service (``has_text``); TypeError for questions that are not a list of strings."""
+        """Encode questions and search; ``timings`` (if given) receives each stage's seconds. A blank question is not
+        searched (``blank_page``), as from the service (``has_text``); TypeError for questions not a list of strings."""
         if self.encoder is None:
             raise ValueError("this Searcher has no question encoder; use search_vectors")
         asked = [q for q in check_search_args(questions, params) if has_text(q)]
@@ -159,7 +159,7 @@ class Searcher:
                 q_start, q_end = self.encoder.encode(chunk)
             found += self.search_vectors(q_start, q_end, params, timings, chunk)
         hits = iter(found)
-        return [next(hits) if has_text(q) else Hits() for q in questions]
+        return [next(hits) if has_text(q) else blank_page(params) for q in questions]
 
     def search_vectors(self, q_start: np.ndarray, q_end: np.ndarray, params: SearchParams = DEFAULT_PARAMS,
                        timings: StageTimes | None = None, questions: Sequence[str] | None = None) -> list[Hits]:

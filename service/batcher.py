@@ -63,6 +63,7 @@ import numpy as np
 
 from spanseek.core.hits import Hit
 from spanseek.core.lexical import LexicalIndexMissing
+from spanseek.core.page import blank_page
 from spanseek.core.params import SearchParams, SearchParamsError
 from spanseek.core.plan import StageTimes
 from spanseek.core.search import Searcher
@@ -152,7 +153,7 @@ def encode_batch(searcher: Searcher, requests: Requests) -> EncodedBatch:
 def search_batch(searcher: Searcher, enc: EncodedBatch) -> tuple[list[list[list[Hit]]], StageTimes]:
     """Step 2: one ``search_vectors`` call per parameter group. Returns, per request, per question, its hits, and
     the times of the search stages (not of the encoding: ``enc.times``)."""
-    out: list[list[list[Hit]]] = [[[] for _ in questions] for questions, _ in enc.requests]
+    out: list[list[list[Hit]]] = [[blank_page(params) for _ in questions] for questions, params in enc.requests]
     if enc.q_start is None or enc.q_end is None:
         return out, StageTimes()
     position = [0] * len(enc.flat)  # flat index -> index of the question within its request
@@ -177,7 +178,7 @@ def search_batch(searcher: Searcher, enc: EncodedBatch) -> tuple[list[list[list[
 def run_batch(searcher: Searcher, requests: Requests) -> tuple[list[list[list[Hit]]], StageTimes]:
     """Answer several requests with one encoder call and one ``search_vectors`` call per parameter group.
 
-    Blank questions get no hits and are not encoded. Returns, per request, per question, its hits.
+    Blank questions are not encoded: their page is ``blank_page``. Returns, per request, per question, its hits.
     """
     enc = encode_batch(searcher, requests)
     hits, times = search_batch(searcher, enc)

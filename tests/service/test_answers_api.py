@@ -50,3 +50,26 @@ def test_min_confidence_needs_a_calibrated_model(client):
     hits = client.post("/search", json={"query": QUESTION}).json()["results"][0]["hits"]
     assert hits and all(h["confidence"] is None for h in hits)
     assert client.get("/info").json()["service"]["confidence"] == []
+
+
+def test_a_blank_question_abstains_with_min_confidence_as_one_that_finds_nothing(serve, settings_for, tiny_searcher):
+    """A blank question (whitespace, control characters) is not searched; with ``min_confidence`` its result says
+    no_answer, as a question whose search finds nothing does (it said false: no hits, and no abstention either),
+    over HTTP and from ``Searcher.search``; without min_confidence it stays a plain empty result."""
+    from spanseek.core.search import Searcher
+    from spanseek.service.app import create_app
+    from tests.core.test_answers import calibrator
+
+    searcher = Searcher(tiny_searcher.index, tiny_searcher.encoder, calibrator=calibrator(coef=(0.0,) * 7, intercept=0.0))
+    blank = ["   ", "\x00\t"]
+    assert [h.no_answer for h in searcher.search(blank, SearchParams(min_confidence=0.4))] == [True, True]
+    assert [h.no_answer for h in searcher.search(blank, SearchParams())] == [False, False]
+    with serve(create_app(settings_for(), lambda s: searcher)) as client:
+        for unit in ("phrase", "passage", "doc"):
+            gated = client.post(f"/search?unit={unit}", json={"queries": [*blank, QUESTION], "min_confidence": 0.6})
+            assert [(r["hits"], r["no_answer"]) for r in gated.json()["results"]] == [([], True)] * 3, gated.text
+            kept = client.post(f"/search?unit={unit}", json={"queries": [*blank, QUESTION], "min_confidence": 0.4})
+            assert [(len(r["hits"]) > 0, r["no_answer"]) for r in kept.json()["results"]] == \
+                [(False, True), (False, True), (True, False)]
+            plain = client.post(f"/search?unit={unit}", json={"queries": blank}).json()["results"]
+            assert [(r["hits"], r["no_answer"]) for r in plain] == [([], False)] * 2
