@@ -28,9 +28,9 @@ import datetime as dt
 import functools
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal, TypeVar, Union
 
 from spanseek.core.ids import id_spellings
 
@@ -44,6 +44,8 @@ Kind = Literal["number", "string", "boolean", "null", "date"]
 
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:?\d{2})?)?")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+T = TypeVar("T")
+_ROOT = "filter"  # the place of a whole filter in the errors of its JSON form (``filter.must[2]``)
 
 
 class SearchParamsError(ValueError):
@@ -466,7 +468,7 @@ class SearchFilter(_Keyed):
     @classmethod
     def from_json(cls, obj: Any) -> SearchFilter:
         """A filter from its JSON form; FilterError naming what is wrong (an unknown key, a condition of no form)."""
-        return _filter_from_json(obj, "filter")
+        return _filter_from_json(obj, _ROOT)
 
 
 Condition = Union[Match, AnyOf, Range, Not, SearchFilter]  # noqa: UP007  (a runtime alias of classes defined above)
@@ -552,7 +554,8 @@ def _filter_from_json(obj: Any, where: str) -> SearchFilter:
             if not isinstance(obj[part], list):
                 raise FilterError(f"{where}.{part}: expected a list of conditions, got {obj[part]!r}")
             parts[part] = tuple(condition_from_json(c, f"{where}.{part}[{i}]") for i, c in enumerate(obj[part]))
-    return SearchFilter(**parts)
+    # (the whole filter's own errors name it already: "filter meta 'lang': ...")
+    return SearchFilter(**parts) if where == _ROOT else _placed(where, SearchFilter, **parts)
 
 
 def condition_from_json(obj: Any, where: str = "condition") -> Condition:
@@ -572,11 +575,21 @@ def condition_from_json(obj: Any, where: str = "condition") -> Condition:
                           f"{sorted(obj)}", obj.get("key") if isinstance(obj.get("key"), str) else None)
     key, value = obj["key"], obj[forms[0]]
     if forms[0] == "match":
-        return Match(key, value)
+        return _placed(where, Match, key, value)
     if forms[0] == "any":
         if not isinstance(value, list):
             raise FilterError(f"{where}.any: expected a list of values, got {value!r}", key)
-        return AnyOf(key, tuple(value))
+        return _placed(where, AnyOf, key, tuple(value))
     if not isinstance(value, Mapping) or set(value) - set(BOUNDS):
         raise FilterError(f"{where}.range: expected an object of gt, gte, lt, lte, got {value!r}", key)
-    return Range(key, **value)
+    return _placed(where, Range, key, **value)
+
+
+def _placed(where: str, make: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``make(*args, **kwargs)``, a condition or filter of the JSON form at ``where`` (``filter.must[2]``), whose
+    FilterError (a value it refuses: a date that does not parse, a number beyond a float's) names that place, so that
+    one of several conditions on the same field is found."""
+    try:
+        return make(*args, **kwargs)
+    except FilterError as e:
+        raise FilterError(f"{where}: {e}", e.field) from None

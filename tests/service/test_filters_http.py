@@ -8,6 +8,7 @@ Oracle: the searcher called with the same SearchFilter; malformed filters are 42
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 
 import pytest
@@ -196,3 +197,20 @@ def test_a_value_of_none_of_a_fields_types_is_one_error_naming_all_it_takes(clie
     assert r.status_code == 422, r.text
     assert r.json()["message"] == f"the request does not match the API schema: {where}: Input should be {takes}"
     assert [".".join(map(str, d["loc"])) for d in r.json()["details"]] == [where]
+
+
+@pytest.mark.parametrize(("flt", "place"), [
+    ({"must": [{"key": "date", "range": {"gte": "2024-01-01"}}, {"key": "date", "range": {"lt": "2024"}}]},
+     "filter.must[1]: range on 'date': lt '2024'"),
+    ({"should": [{"must_not": [{"key": "date", "range": {"gt": "2024-02-30"}}]}]},
+     "filter.should[0].must_not[0]: range on 'date'"),
+    ({"must": [{"not": {"key": "year", "range": {"lte": 1e400}}}]}, "filter.must[0].not: range on 'year'"),
+])
+def test_a_value_a_condition_refuses_is_400_naming_its_place_in_the_filter(client, flt, place):
+    """A value the filter refuses past its schema (a date that does not parse, a number beyond a float's) is a 400
+    naming the condition's place, so that one of several conditions on one field is found (it named the field
+    alone)."""
+    r = client.post("/search", content=json.dumps({"query": "a", "filter": flt}).replace("Infinity", "1e400"),
+                    headers={"Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.json()["message"].startswith(place), r.json()["message"]
