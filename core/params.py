@@ -247,7 +247,9 @@ class Hit:
     doc_id: str = field(metadata=_doc("the document's id in the corpus"))
     title: str = field(metadata=_doc("the document's title"))
     paragraph: int = field(default=0, metadata=_doc("the passage's number within its document, from 0"))
-    meta: dict[str, Any] = field(default_factory=dict, metadata=_doc("the document's metadata from the corpus"))
+    meta: dict[str, Any] = field(default_factory=dict, metadata=_doc(
+        "the document's metadata from the corpus, with its passage's own keys (passage_meta: a PDF page's page) over "
+        "it; filters read the document's alone"))
     dense: float | None = field(default=None, metadata=_doc(
         "the dense leg's score: the phrase's, or the unit's best phrase's"))
     lexical: float | None = field(default=None, metadata=_doc(
