@@ -58,6 +58,7 @@ from spanseek.core.filters import (
     Not,
     Range,
     SearchFilter,
+    at_place,
     elements,
     finite_float,
     kind_of,
@@ -197,8 +198,8 @@ class FilterTree(ABC):
     def check(self, flt: SearchFilter | None) -> None:
         """Raise FilterError naming the field when a condition of ``flt`` names a field no document has, or asks
         for a kind of value the field never holds."""
-        for leaf in flt.leaves() if flt is not None else ():
-            self._check_leaf(leaf)
+        for where, leaf in flt.placed_leaves() if flt is not None else ():
+            at_place(where, self._check_leaf, leaf)
 
     def documents_of(self, flt: SearchFilter) -> np.ndarray:
         """(D,) bool: the documents that pass ``flt`` (deletions aside); FilterError as ``check``."""

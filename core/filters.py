@@ -441,15 +441,22 @@ class SearchFilter(_Keyed):
 
     def leaves(self) -> Iterator[Match | AnyOf | Range]:
         """Every field condition of the tree (``meta`` pairs as ``Match``), for checks against the index's fields."""
+        return (leaf for _, leaf in self.placed_leaves())
+
+    def placed_leaves(self, where: str = _ROOT) -> Iterator[tuple[str, Match | AnyOf | Range]]:
+        """``leaves`` with each one's place in the filter's JSON form (``filter.must[1].not``; a ``meta`` pair, whose
+        key names it in its filter, the filter's place)."""
         for key, value in self.meta or ():
-            yield Match(key, value)
-        for c in (*(self.must or ()), *(self.should or ()), *(self.must_not or ())):
-            while isinstance(c, Not):
-                c = c.condition
-            if isinstance(c, SearchFilter):
-                yield from c.leaves()
-            else:
-                yield c
+            yield where, Match(key, value)
+        for part in ("must", "should", "must_not"):
+            for i, c in enumerate(getattr(self, part) or ()):
+                place = f"{where}.{part}[{i}]"
+                while isinstance(c, Not):
+                    c, place = c.condition, f"{place}.not"
+                if isinstance(c, SearchFilter):
+                    yield from c.placed_leaves(place)
+                else:
+                    yield place, c
 
     def to_json(self) -> dict[str, Any]:
         """The filter's JSON form (what ``from_json`` reads; the HTTP ``filter`` field)."""
@@ -554,8 +561,7 @@ def _filter_from_json(obj: Any, where: str) -> SearchFilter:
             if not isinstance(obj[part], list):
                 raise FilterError(f"{where}.{part}: expected a list of conditions, got {obj[part]!r}")
             parts[part] = tuple(condition_from_json(c, f"{where}.{part}[{i}]") for i, c in enumerate(obj[part]))
-    # (the whole filter's own errors name it already: "filter meta 'lang': ...")
-    return SearchFilter(**parts) if where == _ROOT else _placed(where, SearchFilter, **parts)
+    return at_place(where, SearchFilter, **parts)
 
 
 def condition_from_json(obj: Any, where: str = "condition") -> Condition:
@@ -575,21 +581,24 @@ def condition_from_json(obj: Any, where: str = "condition") -> Condition:
                           f"{sorted(obj)}", obj.get("key") if isinstance(obj.get("key"), str) else None)
     key, value = obj["key"], obj[forms[0]]
     if forms[0] == "match":
-        return _placed(where, Match, key, value)
+        return at_place(where, Match, key, value)
     if forms[0] == "any":
         if not isinstance(value, list):
             raise FilterError(f"{where}.any: expected a list of values, got {value!r}", key)
-        return _placed(where, AnyOf, key, tuple(value))
+        return at_place(where, AnyOf, key, tuple(value))
     if not isinstance(value, Mapping) or set(value) - set(BOUNDS):
         raise FilterError(f"{where}.range: expected an object of gt, gte, lt, lte, got {value!r}", key)
-    return _placed(where, Range, key, **value)
+    return at_place(where, Range, key, **value)
 
 
-def _placed(where: str, make: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """``make(*args, **kwargs)``, a condition or filter of the JSON form at ``where`` (``filter.must[2]``), whose
-    FilterError (a value it refuses: a date that does not parse, a number beyond a float's) names that place, so that
-    one of several conditions on the same field is found."""
+def at_place(where: str, make: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``make(*args, **kwargs)``, for the condition or filter at ``where`` in a filter's JSON form (``filter.must[2]``:
+    making it, or checking it against an index's fields), whose FilterError (a date that does not parse, a field no
+    document has) names that place, so that one of several conditions on the same field is found (the whole filter's
+    errors name it already: ``filter meta 'lang': ...``)."""
     try:
         return make(*args, **kwargs)
     except FilterError as e:
+        if where == _ROOT:
+            raise
         raise FilterError(f"{where}: {e}", e.field) from None

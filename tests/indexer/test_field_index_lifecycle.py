@@ -110,7 +110,7 @@ def test_a_field_index_of_other_documents_is_refused_naming_the_file(tmp_path, t
 
 
 @pytest.mark.parametrize(("flt", "message"), [
-    ('{"must": [{"key": "lang", "match": "en"}]}', "filter field 'lang': no document has it"),
+    ('{"must": [{"key": "lang", "match": "en"}]}', "error: filter.must[0]: filter field 'lang': no document has it"),
     ('{"must": [{"key": "date", "range": {"lt": "soon"}}]}', "--filter: filter.must[0]: range on 'date': lt 'soon' is not an ISO"),
     ('{"must": [{"key": "x"}]}', "--filter: filter.must[0]: a field condition has key and exactly one of"),
     ("{must: 1}", "--filter: invalid JSON (Expecting property name enclosed in double quotes at line 1, column 2)"),

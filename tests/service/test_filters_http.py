@@ -205,6 +205,11 @@ def test_a_value_of_none_of_a_fields_types_is_one_error_naming_all_it_takes(clie
     ({"should": [{"must_not": [{"key": "date", "range": {"gt": "2024-02-30"}}]}]},
      "filter.should[0].must_not[0]: range on 'date'"),
     ({"must": [{"not": {"key": "year", "range": {"lte": 1e400}}}]}, "filter.must[0].not: range on 'year'"),
+    # and what the index's fields refuse (the tiny corpus has no metadata)
+    ({"must": [{"meta": {"lang": "en"}}]}, "filter.must[0]: filter field 'lang': no document has it"),
+    ({"meta": {"lang": "en"}}, "filter field 'lang': no document has it"),  # its key names it in the filter
+    ({"must": [{"doc_ids": ["d1"]}], "should": [{"must_not": [{"not": {"key": "year", "match": 1}}]}]},
+     "filter.should[0].must_not[0].not: filter field 'year': no document has it"),
 ])
 def test_a_value_a_condition_refuses_is_400_naming_its_place_in_the_filter(client, flt, place):
     """A value the filter refuses past its schema (a date that does not parse, a number beyond a float's) is a 400
