@@ -241,7 +241,7 @@ def test_a_model_asked_for_by_name_is_used_or_refused_never_swapped(tmp_path, ti
     assert main(["search", "--index", str(tiny_index), "--model", "base", "--device", "cpu", "who?"]) == 2
     assert "index was built with a different model" in capsys.readouterr().err
     assert main(["search", "--index", str(tiny_index), "--model", "bse", "--device", "cpu", "who?"]) == 2
-    assert capsys.readouterr().err == ("spanseek search: error: bse: not a spanseek model directory (there is no such "
+    assert capsys.readouterr().err == ("spanseek search: error: --model bse: not a spanseek model directory (there is no such "
                                        "directory) nor a bundled model (bundled: base, default, default-2026-11)\n")
     assert main(["search", "--index", str(tiny_index), "--device", "cpu", "--top-k", "1", "who?"]) == 0
     assert len(json.loads(capsys.readouterr().out)["hits"]) == 1

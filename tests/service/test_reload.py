@@ -98,7 +98,10 @@ def test_reload_under_load_loses_no_request(settings_for, live, tiny_index, inde
                     assert r.json()["index"]["dir"] == str((index_b if letter == "b" else tiny_index).resolve())
                     assert r.json()["index"]["released_previous"] is True
                     swaps.append((sent, time.monotonic(), letter))
-                    time.sleep(0.3)
+                    time.sleep(0.3)  # and at least two answers to requests sent since, however loaded the machine
+                    deadline = time.monotonic() + 60
+                    while sum(a[0] > swaps[-1][1] for a in answers) < 2 and time.monotonic() < deadline:
+                        time.sleep(0.05)
                 info = admin.get("/info").json()
                 metrics = admin.get("/metrics").text
         finally:
