@@ -686,17 +686,17 @@ def unique_ids(docs: Iterable[Document], path: str | Path, existing: Iterable[st
     among the ``existing`` ids (``existing_name`` says where those are). An id's Unicode spellings are one id
     (``core.ids``: "café" composed or decomposed), compared by the composed one."""
     held = {new_id(i) for i in existing}
-    seen: dict[str, Document] = {}
+    seen: dict[str, tuple[int, bool]] = {}  # (line, id_from_line) of each id: not the document, so none is kept
     for doc in docs:
         key = new_id(doc.id)
         if key in held:
             raise CorpusError(f"{path}:{doc.line}: {_id_of(doc)} is already in {existing_name}")
         if (first := seen.get(key)) is not None:
-            used = (f"was already given on line {first.line} to the document there, which has no id (a document "
-                    "without one takes its line number)" if first.id_from_line else
-                    f"was already used on line {first.line}")
+            line, from_line = first
+            used = (f"was already given on line {line} to the document there, which has no id (a document "
+                    "without one takes its line number)" if from_line else f"was already used on line {line}")
             raise CorpusError(f"{path}:{doc.line}: {_id_of(doc)} {used}; document ids must be unique")
-        seen[key] = doc
+        seen[key] = (doc.line, doc.id_from_line)
         yield doc
 
 

@@ -456,6 +456,23 @@ def test_a_repeated_id_that_a_line_without_one_took_says_it_is_that_line_s_numbe
     assert [d.id for d in read_corpus(later)] == ["2", "2"]  # (the ids themselves are as before)
 
 
+def test_unique_ids_keeps_no_document_it_passed_on(tmp_path):
+    """It streams a corpus of any size: it remembers each id's line, not its document (holding every document passed
+    on kept the whole corpus's text in memory while a build or a check read it)."""
+    import gc
+    import weakref
+
+    from spanseek.core.io import unique_ids
+
+    path = _write_lines(tmp_path / "c.jsonl", [json.dumps({"title": "t", "paragraphs": [f"p{i}"]}) for i in range(5)]
+                        + [json.dumps({"id": f"d{i}", "title": "t", "paragraphs": [f"q{i}"]}) for i in range(5)])
+    reading = unique_ids(read_corpus(path), path)
+    passed = [weakref.ref(next(reading)) for _ in range(9)]  # (the tenth not read yet: the reading goes on)
+    gc.collect()
+    assert [ref() for ref in passed[:-1]] == [None] * 8  # (the last one passed on is the reading's loop variable)
+    assert next(reading).id == "d4"
+
+
 def test_unique_ids_reads_an_id_in_either_unicode_spelling_as_one(tmp_path):
     """"café" composed (NFC) and decomposed (NFD, a Mac's file name) name one document (core.ids), so a corpus
     holding both, or one spelling of an id an index holds in the other, repeats an id."""
