@@ -61,6 +61,7 @@ from spanseek.service.writes import (
     query_texts,
     refuse,
     require_write_key,
+    upsert_held_or_new,
     written_document,
 )
 
@@ -158,9 +159,8 @@ async def _read_and_write(request: Request, live: Any, name: str, doc_id: str, h
         doc = file_document(read.doc, doc_id, shown, live.settings.max_title_chars, held[1])
     except CorpusError as e:
         raise UnreadableFile(naming(str(e), doc_id)) from None
-    doc = dataclasses.replace(doc, id=held[0])
     try:
-        written = await live.upsert([doc], only_new=only_new)
+        written, (doc,) = await upsert_held_or_new(live, [dataclasses.replace(doc, id=held[0])], [doc_id], only_new)
     except HeldDocuments as e:
         raise held_already(e, "PUT /files/{name}") from None
     return FileWriteResponse(**written, id=doc.id, title=doc.title, warnings=[naming(w, name) for w in read.warnings],

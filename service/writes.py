@@ -27,7 +27,7 @@ from starlette.convertors import PathConvertor, register_url_convertor
 
 from spanseek.core.filters import FilterError, SearchFilter
 from spanseek.core.ids import held_id as spelling_held
-from spanseek.core.ids import length_problem
+from spanseek.core.ids import length_problem, new_id
 from spanseek.core.io import CorpusError, Document
 from spanseek.core.params import SearchParamsError
 from spanseek.core.written import routing_problem
@@ -207,11 +207,30 @@ def held_already(e: HeldDocuments, replacing: str) -> Conflict:
     return Conflict(f"{e.message(quoted)}; {replacing} replaces documents by id")
 
 
-async def upsert_documents(live: Any, docs: list[Document], only_new: bool = False) -> dict[str, int]:
-    """Write a request's ``docs`` (``parse_documents``); the 422 at a document's id that ``parse_documents`` gives one
-    too long to be new, where the document held under it, which the write was to replace, was deleted since."""
+async def upsert_held_or_new(live: Any, docs: list[Document], given: list[str], only_new: bool = False,
+                             max_tokens: int = 0) -> tuple[dict[str, int], list[Document]]:
+    """``live.upsert(docs)``, each document under the id held for the id the request spells as ``given``; returns
+    what it wrote and the documents as written. One held under a longer id than a new one may have, deleted after the
+    request looked it up, is written as new under the request's id (``new_id``: composed), as had the delete come
+    first, where that id is short enough to be new; else UnheldLongIds (a write cannot make the held id anew)."""
+    while True:
+        try:
+            return await live.upsert(docs, only_new=only_new, max_tokens=max_tokens), docs
+        except UnheldLongIds as e:
+            spelled = {d.id: new_id(g) for d, g in zip(docs, given, strict=True) if d.id in e.ids
+                       and length_problem(g) is None and length_problem(new_id(g)) is None}
+            if len(spelled) < len(e.ids):
+                raise
+            docs = [dataclasses.replace(d, id=spelled.get(d.id, d.id)) for d in docs]
+
+
+async def upsert_documents(live: Any, docs: list[Document], given: list[str], only_new: bool = False
+                           ) -> dict[str, int]:
+    """Write a request's ``docs`` (``parse_documents``; ``given``: their ids as the request spells them,
+    ``upsert_held_or_new``); the 422 at a document's id that ``parse_documents`` gives one too long to be new, where
+    the document held under it, which the write was to replace, was deleted since."""
     try:
-        return await live.upsert(docs, only_new=only_new, max_tokens=live.settings.max_write_tokens)
+        return (await upsert_held_or_new(live, docs, given, only_new, live.settings.max_write_tokens))[0]
     except UnheldLongIds as e:
         i = next(i for i, d in enumerate(docs) if d.id == e.ids[0])
         raise refuse_document(i, "id", f"document {i}: 'id' {e.problem()}") from None
@@ -231,7 +250,7 @@ async def put_documents(request: Request, body: UpsertRequest) -> WriteResponse:
     live = live_of(request)
     docs = await asyncio.to_thread(parse_documents, body.documents, live.store.snapshot,  # (ids looked up: off the loop)
                                    live.settings.max_title_chars)
-    written = await upsert_documents(live, docs)
+    written = await upsert_documents(live, docs, [d.id for d in body.documents])
     return WriteResponse(**written, request_id=request_id_of(request))
 
 
@@ -245,7 +264,7 @@ async def post_documents(request: Request, body: UpsertRequest) -> WriteResponse
     docs = await asyncio.to_thread(parse_documents, body.documents, live.store.snapshot,
                                    live.settings.max_title_chars)
     try:
-        written = await upsert_documents(live, docs, only_new=True)
+        written = await upsert_documents(live, docs, [d.id for d in body.documents], only_new=True)
     except HeldDocuments as e:
         raise held_already(e, "PUT /documents") from None
     return WriteResponse(**written, request_id=request_id_of(request))

@@ -7,6 +7,7 @@ under the NFD spelling stays reachable and replaceable.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import unicodedata
 from urllib.parse import quote
@@ -316,25 +317,39 @@ def test_a_held_id_of_any_length_is_read_replaced_and_deleted(settings_for, tmp_
             assert r.status_code == 422 and "'id' has 1,034 characters" in r.text, r.text
 
 
+@contextlib.contextmanager
+def _deleted_as_written(settings_for, root, tiny_model_dir, monkeypatch, held):
+    """A client of a server over an index holding ``held``, whose store deletes it as the next write lands (a DELETE
+    between that write's lookup of its id and its write)."""
+    index = _index_holding(root, tiny_model_dir, held)
+    settings = settings_for(index=index, writes=True, api_key="key", live_dir=root / "live", merge_tokens=0)
+    with serving(create_app(settings)) as client:
+        store = client.app.state.service.live.store
+        upsert = store.upsert
+
+        def deleted_first(*args, **kwargs):
+            store.delete([held])
+            return upsert(*args, **kwargs)
+
+        monkeypatch.setattr(store, "upsert", deleted_first)
+        yield client
+
+
+def _put(client, route, doc_id):
+    """A write of ``doc_id`` with one of another id (``body``), or of a file under it (``file id``)."""
+    if route == "body":
+        return client.put("/documents", headers=KEY, json={"documents": [doc("short"), doc(doc_id)]})
+    return client.put("/files/a.txt", headers=KEY, params={"id": doc_id}, content=TEXT.encode())
+
+
 @pytest.mark.parametrize("route", ["body", "file id"])
 def test_a_held_long_id_deleted_after_a_write_looked_it_up_is_not_written_anew(settings_for, tmp_path, tiny_model_dir,
                                                                                monkeypatch, route):
     """A write of a held id over the limit looked it up before it read the body and encoded it, and wrote later: a
     DELETE in between let it write a new document under an id no write may make. The store checks it as it writes."""
     long_id = "z" * (LONGEST + 10)
-    index = _index_holding(tmp_path, tiny_model_dir, long_id)
-    settings = settings_for(index=index, writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0)
-    with serving(create_app(settings)) as client:
-        store = client.app.state.service.live.store
-        upsert = store.upsert
-
-        def deleted_first(*args, **kwargs):  # a DELETE of it that lands between the lookup and the write
-            store.delete([long_id])
-            return upsert(*args, **kwargs)
-
-        monkeypatch.setattr(store, "upsert", deleted_first)
-        r = (client.put("/documents", headers=KEY, json={"documents": [doc("short"), doc(long_id)]}) if route == "body"
-             else client.put("/files/a.txt", headers=KEY, params={"id": long_id}, content=TEXT.encode()))
+    with _deleted_as_written(settings_for, tmp_path, tiny_model_dir, monkeypatch, long_id) as client:
+        r = _put(client, route, long_id)
         assert r.status_code == 422 and r.json()["error"] == "validation_error", r.text
         (detail,) = r.json()["details"]
         assert detail["loc"] == {"body": ["body", "documents", "1", "id"], "file id": ["query", "id"]}[route]
@@ -342,6 +357,21 @@ def test_a_held_long_id_deleted_after_a_write_looked_it_up_is_not_written_anew(s
             detail["msg"], detail
         assert client.get(path(long_id), headers=KEY).status_code == 404  # deleted, and not written anew
         assert client.get(path("short"), headers=KEY).status_code == 404  # nothing of the request written
+
+
+@pytest.mark.parametrize("route", ["body", "file id"])
+def test_an_id_held_in_a_longer_spelling_deleted_after_a_write_looked_it_up_is_written_as_the_request_spells_it(
+        settings_for, tmp_path, tiny_model_dir, monkeypatch, route):
+    """A write of an id of 1,024 characters composed, held decomposed (1,034), looked it up before a DELETE of it
+    landed: it was refused as "'id' has 1,034 characters", which the request never sent, where the same write made
+    after the delete writes a new document under the id as sent. It is now written so in either order."""
+    composed = "\u00e9" * 10 + "z" * (LONGEST - 10)
+    held = unicodedata.normalize("NFD", composed)
+    with _deleted_as_written(settings_for, tmp_path, tiny_model_dir, monkeypatch, held) as client:
+        r = _put(client, route, composed)
+        assert r.status_code == 200, r.text
+        assert client.get(path(composed), headers=KEY).json()["id"] == composed
+        assert client.get(path(held), headers=KEY).json()["id"] == composed  # (one id in either spelling)
 
 
 def test_a_message_quotes_a_long_id_or_file_name_shortened(write_settings):
