@@ -202,7 +202,9 @@ class FilterTree(ABC):
             at_place(where, self._check_leaf, leaf)
 
     def documents_of(self, flt: SearchFilter) -> np.ndarray:
-        """(D,) bool: the documents that pass ``flt`` (deletions aside); FilterError as ``check``."""
+        """(D,) bool: the documents that pass ``flt`` (deletions aside); FilterError as ``check``, naming the
+        condition's place (a delete by filter, or a search whose index changed since its filter was checked)."""
+        self.check(flt)
         return self._mask(flt)
 
     def numbers_of(self, ids: Iterable[str]) -> np.ndarray:
@@ -237,11 +239,7 @@ class FilterTree(ABC):
             return ~self._mask(c.condition)
         if isinstance(c, SearchFilter):
             return self._filter_mask(c)
-        return self._select(self._leaf_docs(c))
-
-    def _leaf_docs(self, leaf: Match | AnyOf | Range) -> np.ndarray:
-        self._check_leaf(leaf)
-        return self.found(leaf)
+        return self._select(self.found(c))  # (checked by ``documents_of``)
 
     def _filter_mask(self, flt: SearchFilter) -> np.ndarray:
         masks = []
@@ -249,7 +247,7 @@ class FilterTree(ABC):
             masks.append(self._select(self.numbers_of(flt.spelled_ids)))
         if flt.title_prefix is not None:
             masks.append(self._select(self.titled(flt.title_prefix)))
-        masks += [self._select(self._leaf_docs(Match(k, v))) for k, v in flt.meta or ()]
+        masks += [self._select(self.found(Match(k, v))) for k, v in flt.meta or ()]
         masks += [self._mask(c) for c in flt.must or ()]
         if flt.should is not None:
             masks.append(np.logical_or.reduce([self._mask(c) for c in flt.should]))

@@ -322,6 +322,16 @@ def test_unknown_fields_and_kind_mismatches_name_the_field(fields, obj, field, m
         assert e.value.field == field and repr(field) in str(e.value)
 
 
+def test_a_selection_names_the_refused_condition_s_place_as_the_check_does(fields):
+    """``documents_of`` (a delete by filter, a search whose index changed since its check) names the condition's
+    place in the filter as ``check`` does (it named the field alone), so one of several on a field is found."""
+    flt = SearchFilter.from_json({"must": [{"key": "year", "match": 2001},
+                                           {"should": [{"not": {"key": "year", "match": "2001"}}]}]})
+    for call in (fields.check, fields.documents_of):
+        with pytest.raises(FilterError) as e:
+            call(flt)
+        assert str(e.value).startswith("filter.must[1].should[0].not: filter field 'year': \"2001\" is a string"), e.value
+
 
 def test_a_boolean_field_that_holds_only_false_filters_on_either_value(tmp_path):
     """A boolean field whose documents are all ``false`` was listed as holding no kind of value, so every boolean

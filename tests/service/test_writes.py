@@ -231,6 +231,9 @@ def test_delete_by_id_and_by_filter(write_settings):
         assert r.json()["deleted"] == ["w3"] and found(client, "w1") and not found(client, "w3")
         r = client.post("/documents/delete", headers=KEY, json={"filter": {"meta": {"colour": "red"}}})
         assert r.status_code == 400 and "colour" in r.json()["message"]
+        r = client.post("/documents/delete", headers=KEY,  # named at its place, as a search names it
+                        json={"filter": {"must": [{"key": "lang", "match": "en"}, {"key": "year", "match": "2001"}]}})
+        assert r.status_code == 400 and r.json()["message"].startswith("filter.must[1]: filter field 'year'"), r.text
         r = client.post("/documents/delete", headers=KEY, json={"filter": {}})  # would pass every document
         assert r.status_code == 400 and "empty" in r.json()["message"] and found(client, "w1")
 
