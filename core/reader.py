@@ -31,7 +31,7 @@ from spanseek.core.io import atomic_dir
 from spanseek.core.model import ModelError, load_pretrained, read_weights, save_weights
 from spanseek.core.runtime import every_pass
 from spanseek.core.spans import ANSWER_CANDIDATES, merge_by_answer
-from spanseek.core.text import ends_after_marks, prepare_marks
+from spanseek.core.text import FLAG_END, FLAG_START, ends_after_marks, prepare_marks
 
 READER_CONFIG_NAME = "reader_config.json"
 READER_WEIGHTS_NAME = "weights.safetensors"
@@ -131,13 +131,17 @@ class Windows:
     """(question, passage) pairs tokenised into windows.
 
     ids[w]: token ids of window w; pair[w]: the pair it belongs to; offsets[w]: (T, 2) character offsets into the
-    passage, (-1, -1) for tokens outside it (question, special tokens); type_ids[w] where the backbone uses them.
+    passage, (-1, -1) for tokens outside it (question, special tokens); type_ids[w] where the backbone uses them;
+    flags[w]: (T,) uint8, FLAG_START on a passage token that starts a word and FLAG_END on one that ends a word
+    (``core.text``, as a passage's tokens in the index are flagged), judged over the whole passage, so a window
+    that begins or ends inside a word flags its part of that word as neither.
     """
 
     ids: list[np.ndarray]
     pair: np.ndarray
     offsets: list[np.ndarray]
     type_ids: list[np.ndarray] | None
+    flags: list[np.ndarray]
 
 
 def make_windows(tokenizer, config: ReaderConfig, questions: list[str], passages: list[str]) -> Windows:
@@ -145,7 +149,7 @@ def make_windows(tokenizer, config: ReaderConfig, questions: list[str], passages
     a special token ("[SEP]", "[CLS]", "[PAD]") is read as text: a question or passage holding one would otherwise
     put a separator or padding token inside the pair."""
     if not questions:
-        return Windows([], np.zeros(0, np.int64), [], None)
+        return Windows([], np.zeros(0, np.int64), [], None, [])
     with _TOKENIZING:
         return _windows(tokenizer, config, questions, passages)
 
@@ -163,7 +167,7 @@ def _windows(tokenizer, config: ReaderConfig, questions: list[str], passages: li
                     return_overflowing_tokens=True, return_offsets_mapping=True, padding=False,
                     split_special_tokens=True)
     uses_types = "token_type_ids" in tokenizer.model_input_names
-    ids, offsets, types = [], [], []
+    ids, offsets, types, words = [], [], [], []
     for w in range(len(enc["input_ids"])):
         seq = enc.sequence_ids(w)
         off = np.array(enc["offset_mapping"][w], dtype=np.int64).reshape(-1, 2)
@@ -171,6 +175,9 @@ def _windows(tokenizer, config: ReaderConfig, questions: list[str], passages: li
         off[outside] = -1
         ids.append(np.array(enc["input_ids"][w], dtype=np.int64))
         offsets.append(off)
+        # the passage's word of each token (numbered over the whole passage, in every window), -1 outside it
+        words.append(np.array([-1 if s != 1 or x is None else x for s, x in zip(seq, enc.word_ids(w), strict=True)],
+                              dtype=np.int64))
         if uses_types:
             types.append(np.array(enc["token_type_ids"][w], dtype=np.int64))
     pair = np.array(enc["overflow_to_sample_mapping"], dtype=np.int64)
@@ -181,30 +188,57 @@ def _windows(tokenizer, config: ReaderConfig, questions: list[str], passages: li
                                      for w in mine])
             for w in mine:
                 offsets[w] = ends_after_marks(passages[p], offsets[w], starts)
-    return Windows(ids, pair, offsets, types if uses_types else None)
+    return Windows(ids, pair, offsets, types if uses_types else None, word_flags(pair, offsets, words))
+
+
+def word_flags(pair: np.ndarray, offsets: list[np.ndarray], words: list[np.ndarray]) -> list[np.ndarray]:
+    """Each window's (T,) FLAG_START / FLAG_END flags (``Windows.flags``): a token starts a word where it starts at
+    the word's first character, and ends one where it ends at the word's last, the word's characters taken over all
+    the pair's windows (``words[w]``: each token's word in its passage, -1 outside it): a window cut after "dia" of
+    "dia ##rr ##hea" ends no word there."""
+    flags = [np.zeros(len(o), np.uint8) for o in offsets]
+    for p in np.unique(pair).tolist():
+        mine = np.flatnonzero(pair == p).tolist()
+        word = np.concatenate([words[w] for w in mine])
+        off = np.concatenate([offsets[w] for w in mine])[word >= 0]
+        word = word[word >= 0]
+        if not len(word):
+            continue
+        first = np.full(int(word.max()) + 1, np.iinfo(np.int64).max)
+        last = np.full(len(first), -1)
+        np.minimum.at(first, word, off[:, 0])
+        np.maximum.at(last, word, off[:, 1])
+        for w in mine:
+            inside = words[w] >= 0
+            at = words[w][inside]
+            flags[w][inside] = ((offsets[w][inside, 0] == first[at]) * FLAG_START
+                                + (offsets[w][inside, 1] == last[at]) * FLAG_END)
+    return flags
 
 
 # --- span decoding -------------------------------------------------------------------------------------------------
 
 
-def best_spans(start: torch.Tensor, end: torch.Tensor, valid: torch.Tensor, max_tokens: int,
+def best_spans(start: torch.Tensor, end: torch.Tensor, flags: torch.Tensor, max_tokens: int,
                k: int = 1, length_bias: Sequence[float] = ()) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The ``k`` best spans i <= j < i + max_tokens of each row, both ends on valid tokens.
+    """The ``k`` best spans i <= j < i + max_tokens of each row, from a token that may start a span to one that may
+    end it, as ``core.spans.span_scores`` has them: whole words, their length counted in tokens.
 
-    start, end: (B, T) logits; valid: (B, T) bool; length_bias: added to the score of a span of l + 1 tokens
-    (``ReaderConfig.length_bias``; at least ``max_tokens`` entries, or none). Returns (B, k) scores (start[i] +
-    end[j] + length_bias[j - i]), starts and ends; rows with fewer than k spans give -inf scores there.
+    start, end: (B, T) logits; flags: (B, T) integers, FLAG_START where a span may start, FLAG_END where it may end
+    (``Windows.flags``); length_bias: added to the score of a span of l + 1 tokens (``ReaderConfig.length_bias``; at
+    least ``max_tokens`` entries, or none). Returns (B, k) scores (start[i] + end[j] + length_bias[j - i]), starts
+    and ends; rows with fewer than k spans give -inf scores there.
     """
     b, t = start.shape
     width = min(max_tokens, t)
     # band[b, i, l] = start[b, i] + end[b, i + l]: every span of l + 1 tokens from i, (B, T, width)
     end_pad = torch.cat([end, end.new_full((b, width), float("-inf"))], dim=1)
-    valid_pad = torch.cat([valid, valid.new_zeros((b, width))], dim=1)
+    can_end = torch.cat([flags & FLAG_END > 0, flags.new_zeros((b, width), dtype=torch.bool)], dim=1)
     idx = torch.arange(t, device=start.device)[:, None] + torch.arange(width, device=start.device)[None, :]
     band = start[:, :, None] + end_pad[:, idx]
     if len(length_bias):
         band = band + torch.tensor(length_bias[:width], dtype=band.dtype, device=band.device)
-    ok = valid[:, :, None] & valid_pad[:, idx]
+    ok = (flags & FLAG_START > 0)[:, :, None] & can_end[:, idx]
     band = band.masked_fill(~ok, float("-inf")).reshape(b, -1)
     k = min(k, band.shape[1])
     scores, flat = band.topk(k, dim=1)
@@ -315,7 +349,10 @@ class PassageReader:
     def read(self, questions: list[str], passages: list[str], k: int = 1, decode: str = "span",
              max_answer_tokens: int | None = None) -> list[list[ReadSpan]]:
         """The ``k`` best spans of each (question, passage) pair over all its windows, best first; spans of at most
-        ``max_answer_tokens`` tokens when given (and fewer than the reader's own limit).
+        ``max_answer_tokens`` tokens when given (and fewer than the reader's own limit). A span is whole words, as a
+        phrase of the index is: it starts at a word's first token and ends at a word's last (a word being what the
+        reader's tokenizer splits text into before its sub-word pieces: "diarrhea", "1410", ","), so a word longer
+        than ``max_answer_tokens`` tokens is never read as an answer, nor a part of it.
 
         ``decode="answer"``: the ``k`` most probable answer strings instead, as the phrase model's reading
         comprehension decodes (``core.spans.best_answer``): among the pair's ``ANSWER_CANDIDATES`` best spans, those
@@ -330,9 +367,9 @@ class PassageReader:
         longest = min(self.config.max_answer_tokens, max_answer_tokens or self.config.max_answer_tokens)
         for w, (start, end) in enumerate(logits):
             off = windows.offsets[w]
-            valid = torch.from_numpy(off[:, 0] >= 0)[None]
-            scores, starts, ends = best_spans(torch.from_numpy(start)[None], torch.from_numpy(end)[None], valid,
-                                              longest, per_window, self.config.length_bias)
+            scores, starts, ends = best_spans(torch.from_numpy(start)[None], torch.from_numpy(end)[None],
+                                              torch.from_numpy(windows.flags[w])[None], longest, per_window,
+                                              self.config.length_bias)
             p = int(windows.pair[w])
             null = float(start[0] + end[0])  # [CLS]: the window holds no answer
             for s, i, j in zip(scores[0].tolist(), starts[0].tolist(), ends[0].tolist(), strict=True):

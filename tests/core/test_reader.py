@@ -16,6 +16,7 @@ import torch
 
 from spanseek.core.confidence import LogisticModel
 from spanseek.core.config import ReaderConfig
+from spanseek.core.hits import tidy_span
 from spanseek.core.model import ModelError
 from spanseek.core.params import SearchParams, SearchParamsError
 from spanseek.core.reader import (
@@ -28,17 +29,18 @@ from spanseek.core.reader import (
     resolve_reader,
 )
 from spanseek.core.reading import READ_FEATURES, READING_NAME, Reading, ReadingStage
+from spanseek.core.text import FLAG_END, FLAG_START
 from spanseek.trainer.reader import answer_tokens, length_batches
 
 PASSAGE = ("The castle of Alba was built in 1340 by King Borin on the river. In 1402 a fire destroyed its "
            "western tower, which Queen Dara rebuilt in 1410 with stone from the northern mountain quarry.")
 
 
-def brute_force(start: np.ndarray, end: np.ndarray, valid: np.ndarray, max_tokens: int,
+def brute_force(start: np.ndarray, end: np.ndarray, flags: np.ndarray, max_tokens: int,
                 bias: tuple[float, ...] = ()) -> list[tuple[float, int, int]]:
     spans = [(start[i] + end[j] + (bias[j - i] if bias else 0.0), i, j)
              for i, j in itertools.product(range(len(start)), repeat=2)
-             if i <= j < i + max_tokens and valid[i] and valid[j]]
+             if i <= j < i + max_tokens and flags[i] & FLAG_START and flags[j] & FLAG_END]
     return sorted(spans, key=lambda s: (-s[0], s[1] * len(start) + s[2]))
 
 
@@ -47,12 +49,12 @@ def brute_force(start: np.ndarray, end: np.ndarray, valid: np.ndarray, max_token
 def test_span_decoding_equals_brute_force_over_the_logits(seed, max_tokens, k, prior):
     rng = np.random.default_rng(seed)
     start, end = rng.standard_normal((2, 3, 17)).astype(np.float32)
-    valid = rng.random((3, 17)) > 0.3
+    flags = rng.integers(0, 4, (3, 17)).astype(np.uint8)  # tokens that may start, end, both or neither
     bias = tuple(rng.normal(0, 2, max_tokens).astype(np.float32).tolist()) if prior else ()
-    scores, starts, ends = best_spans(torch.from_numpy(start), torch.from_numpy(end), torch.from_numpy(valid),
+    scores, starts, ends = best_spans(torch.from_numpy(start), torch.from_numpy(end), torch.from_numpy(flags),
                                       max_tokens, k, bias)
     for row in range(3):
-        want = brute_force(start[row], end[row], valid[row], max_tokens, bias)[:k]
+        want = brute_force(start[row], end[row], flags[row], max_tokens, bias)[:k]
         got = [(s, i, j) for s, i, j in zip(scores[row].tolist(), starts[row].tolist(), ends[row].tolist(),
                                             strict=True) if s != float("-inf")]
         assert [(i, j) for _, i, j in got] == [(i, j) for _, i, j in want]
@@ -225,13 +227,60 @@ def test_long_passages_read_in_windows_give_the_best_span_over_them(tiny_reader)
     question = "who rebuilt the tower?"
     windows = make_windows(reader.tokenizer, reader.config, [question], [PASSAGE])
     best = None
-    for (start, end), off in zip(reader.logits(windows), windows.offsets, strict=True):
-        for score, i, j in brute_force(start, end, off[:, 0] >= 0, reader.config.max_answer_tokens)[:1]:
+    for (start, end), off, flags in zip(reader.logits(windows), windows.offsets, windows.flags, strict=True):
+        for score, i, j in brute_force(start, end, flags, reader.config.max_answer_tokens)[:1]:
             if best is None or score > best[0]:
                 best = (score, int(off[i, 0]), int(off[j, 1]))
     [[span]] = reader.read([question], [PASSAGE])
     assert (span.start, span.end) == best[1:] and span.text == PASSAGE[best[1]:best[2]]
     assert span.score == pytest.approx(best[0], abs=1e-4)
+
+
+WORDY = ("Catellain treated the diarrhea of the Ashkenazic congregations unbelievably well, said the Newfrontiers "
+         "church; its archbishopric's chroniclers disagreed. ")
+
+
+@pytest.mark.parametrize("max_answer_tokens", [1, 2, 3, None])
+def test_read_spans_are_whole_words_as_the_index_s_phrases_are(tiny_reader, max_answer_tokens):
+    """A read span started on a word's continuation piece or ended before one ("diarr" of "diarrhea", "Cat" of
+    "Catellain"), most at a small ``max_answer_tokens``: every span starts where a word of the passage starts and ends
+    where one ends (``tokenize_passages``' flags, the index's), also in windows that begin or end inside a word, and
+    holds at most ``max_answer_tokens`` of the reader's tokens."""
+    from spanseek.core.text import tokenize_passages
+
+    reader = reader_with(tiny_reader, max_len=42, stride=9)
+    passage = WORDY * 3
+    whole = tokenize_passages(reader.tokenizer, [passage])[0]
+    starts = set(whole.offsets[whole.flags & FLAG_START > 0, 0].tolist())
+    ends = set(whole.offsets[whole.flags & FLAG_END > 0, 1].tolist())
+    windows = make_windows(reader.tokenizer, reader.config, ["who treated it?"], [passage])
+    edges = [off[off[:, 0] >= 0][[0, -1]] for off in windows.offsets]  # each window's first and last passage token
+    assert any(int(a) not in starts for (a, _), _ in edges) and any(int(b) not in ends for _, (_, b) in edges)
+    [spans] = reader.read(["who treated it?"], [passage], k=40, max_answer_tokens=max_answer_tokens)
+    assert len(spans) == 40
+    for span in spans:
+        assert span.start in starts and span.end in ends, span.text
+        inside = (whole.offsets[:, 0] >= span.start) & (whole.offsets[:, 1] <= span.end)
+        assert inside.sum() <= (max_answer_tokens or reader.config.max_answer_tokens)
+
+
+def test_a_span_whose_best_end_is_inside_a_word_reads_to_the_word_s_end(tiny_reader):
+    """The reader's logits favour starting at "dia" of "dia ##rr ##hea" and ending at "##rr": the old decoder read
+    "diarr"; the span that ends at the word's last piece, "diarrhea", is read, and at one token a one-token word."""
+    reader = PassageReader.load(tiny_reader)
+    windows = make_windows(reader.tokenizer, reader.config, ["what was treated?"], [WORDY])
+    tokens = reader.tokenizer.convert_ids_to_tokens(windows.ids[0].tolist())
+    dia = tokens.index("dia")
+    assert tokens[dia + 1:dia + 3] == ["##rr", "##hea"]
+    start, end = np.zeros(len(tokens), np.float32), np.zeros(len(tokens), np.float32)
+    start[dia], start[dia + 1] = 9.0, 8.0
+    end[dia + 1], end[dia + 2] = 9.0, 4.0
+    reader.logits = lambda _windows: [(start, end)]  # type: ignore[method-assign]
+    [[span]] = reader.read(["what was treated?"], [WORDY])
+    assert span.text == "diarrhea" and span.score == pytest.approx(13.0 + reader.config.length_bias[2] if
+                                                                   reader.config.length_bias else 13.0)
+    [[one]] = reader.read(["what was treated?"], [WORDY], max_answer_tokens=1)
+    assert " " + one.text + " " in " the of well , said ; its "
 
 
 @pytest.mark.parametrize("budget", [1, 64, 16384])
@@ -331,8 +380,9 @@ def test_read_hits_are_read_spans_of_the_retrieved_passages(reading_searcher, un
         assert all(h.read is None for h in plain)
         for h in hits:
             assert h.passage[h.start:h.end] == h.text
-            spans = reader.read([q], [h.passage], k=2)[0]
-            assert any((s.start, s.end) == (h.start, h.end) and s.score == pytest.approx(h.read) for s in spans)
+            spans = reader.read([q], [h.passage], k=2)[0]  # a hit is a read span tidied ("church." reads "church")
+            assert any(tidy_span(h.passage, s.start, s.end) == (h.start, h.end) and s.score == pytest.approx(h.read)
+                       for s in spans)
         assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
         if unit != "phrase":  # the same units, re-ranked by their best read span
             assert {h.passage_id if unit == "passage" else h.doc_id for h in hits} == \
@@ -618,7 +668,7 @@ def test_a_read_span_carries_its_windows_cls_score(tiny_reader):
     for w, (start, end) in enumerate(reader.logits(windows)):
         off = windows.offsets[w]
         scores, starts, ends = best_spans(torch.from_numpy(start)[None], torch.from_numpy(end)[None],
-                                          torch.from_numpy(off[:, 0] >= 0)[None], reader.config.max_answer_tokens, 5)
+                                          torch.from_numpy(windows.flags[w])[None], reader.config.max_answer_tokens, 5)
         for sc, i, j in zip(scores[0].tolist(), starts[0].tolist(), ends[0].tolist(), strict=True):
             key = (int(off[i, 0]), int(off[j, 1]))
             if key not in best or sc > best[key][0]:
@@ -691,7 +741,7 @@ def test_answer_decoding_sums_the_spans_of_each_answer_string_over_the_logits(ti
     [(start, end)] = reader.logits(windows)
     off = windows.offsets[0]
     mass: dict[str, list[tuple[float, int, int]]] = {}
-    best = brute_force(start, end, off[:, 0] >= 0, reader.config.max_answer_tokens)[:ANSWER_CANDIDATES]
+    best = brute_force(start, end, windows.flags[0], reader.config.max_answer_tokens)[:ANSWER_CANDIDATES]
     for score, i, j in best:
         text = passage[off[i, 0]:off[j, 1]]
         mass.setdefault(normalize_answer(text) or f"#{i},{j}", []).append((float(score), int(off[i, 0]), int(off[j, 1])))
