@@ -1,10 +1,10 @@
 """What a faiss factory string asks for, parsed once, and the inner parts of a built faiss index.
 
 ``parse_factory("OPQ32,IVF1024,PQ32x4fs")`` gives a ``FactorySpec`` (nlist, OPQ/PQ sub-spaces, bits, scalar
-quantiser, a PCA's output dimension, whether it is IVF / HNSW / wrapped in an IDMap). The indexer (``spanseek
+quantiser, a PCA's output dimension, whether it is IVF / a graph / wrapped in an IDMap). The indexer (``spanseek
 index build``) validates and sizes training with it, the manifest exposes it (``Manifest.spec``) and the searcher
-reads it, so no code tests substrings of a factory string. ``ivf_of`` and ``unwrapped`` reach inside a built index
-(an IVF behind an OPQ pre-transform, for example) the one way all callers share.
+reads it, so no code tests substrings of a factory string. ``ivf_of``, ``unwrapped`` and ``unmapped`` reach inside a
+built index (an IVF behind an OPQ pre-transform, the index behind an id map) the one way all callers share.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class FactorySpec:
     pq_nbits: int = 8
     fast_scan: bool = False
     sq: str | None = None  # SQ8, SQ4, SQfp16 ...
-    hnsw: bool = False  # a graph index (HNSW...): no standalone codes
+    graph: bool = False  # a graph index (HNSW, NSG; not an IVF's graph quantiser): no standalone codes
     id_map: bool = False  # IDMap / IDMap2 prefix: explicit ids
 
     @property
@@ -65,12 +65,15 @@ class FactorySpec:
     def is_exact(self) -> bool:
         """Whether a search of it is the exact inner-product search over the vectors it was given: a plain Flat,
         behind an IDMap or not (an allow-list: a graph or another part faiss knows and this parser does not is not)."""
-        return re.fullmatch(r"(IDMap2?,)?Flat", self.factory.replace(" ", "")) is not None
+        return re.fullmatch(r"(IDMap2?,)?Flat|Flat,IDMap2?", self.factory.replace(" ", "")) is not None
 
     @property
     def has_codes(self) -> bool:
-        """Whether an index of this factory gets a codes store (compressed types; not Flat or HNSW)."""
-        return self.needs_training and not self.hnsw
+        """Whether an index of this factory gets a codes store: it compresses its vectors (an IVF, SQ, PQ, OPQ or PCA
+        index, whatever its coarse quantiser) into codes of its own, not a Flat's plain vectors or a graph's nodes
+        (``HNSW32,SQ8``, ``NSG32``), which faiss cannot encode one by one. An id map encodes through the index it
+        wraps (``unmapped``)."""
+        return self.needs_training and not self.graph
 
     @property
     def min_train(self) -> int:
@@ -93,37 +96,66 @@ class FactorySpec:
                                f"to {self.pca_dim}; use PCA{dim} or fewer dimensions")
 
 
-_OPQ = re.compile(r"^OPQ(\d+)(?:_(\d+))?$")
-_IVF = re.compile(r"^IVF(\d+)(?:_.*)?$")
-_PQ = re.compile(r"^(?:IVF\d+_)?PQ(\d+)(?:x(\d+))?(fs|fsr)?(?:np)?$")
-_PCA = re.compile(r"^PCAW?R?(\d+)$")
-_SQ = re.compile(r"^(SQ(?:fp16|bf16|8_direct_signed|8_direct|\d+))$")
+_ID_MAP = re.compile(r"IDMap2?,(.+)|(.+),IDMap2?")  # faiss takes the wrapper as a prefix or a suffix
+_REFINE = re.compile(r"(.+),(?:RFlat|Refine\(.+\))")  # a refinement around the index (validate_factory refuses it)
+_TRANSFORM = re.compile(r"PCAW?R?\d+|OPQ\d+(?:_\d+)?|L2[nN]orm|RR\d*|HR\d*|ITQ\d*|Pad\d+")
+_OPQ = re.compile(r"OPQ(\d+)(?:_(\d+))?")
+_PCA = re.compile(r"PCAW?R?(\d+)")
+_GRAPH = re.compile(r"(?:HNSW|NSG)\d*(?:[,_](.*))?")  # the vectors sit in the graph's nodes: no standalone codes
+# an IVF's coarse quantiser: flat, an HNSW or NSG graph, or any index in parentheses (``IVF4096(PQ8x4fs)``)
+_IVF = re.compile(r"IVF(\d+)([kM]?)(?:_HNSW\d*|_NSG\d+|\(.*\))?")
+_PQ = re.compile(r"PQ(\d+)(?:x(\d+))?(?:(fsr?)(?:_\d+)?|np)?")
+_SQ = re.compile(r"SQ(?:fp16|bf16|8_direct_signed|8_direct|\d+)")
+_NLIST_UNITS = {"": 1, "k": 1024, "M": 1024 * 1024}
+
+
+def _split_first(description: str) -> tuple[str, str]:
+    """``description`` cut at its first comma outside parentheses (a coarse quantiser's own factory string may hold
+    commas: ``IVF64(IVF8,Flat),SQ8`` -> ``IVF64(IVF8,Flat)``, ``SQ8``); the rest is ``""`` without one."""
+    depth = 0
+    for i, c in enumerate(description):
+        depth += (c == "(") - (c == ")")
+        if c == "," and depth == 0:
+            return description[:i], description[i + 1 :]
+    return description, ""
 
 
 def parse_factory(factory: str) -> FactorySpec:
-    """Read nlist, OPQ/PQ sub-spaces, PQ bits, the scalar quantiser, HNSW and IDMap from a factory string."""
+    """Read nlist, OPQ/PQ sub-spaces, PQ bits, the scalar quantiser, a graph and an id map from a factory string, in
+    the order faiss's ``index_factory`` reads it: an ``IDMap``/``IDMap2`` wrapper (prefix or suffix), pre-transforms
+    (``OPQ16_64,``, ``PCA64,`` ...), then the index: a graph (``HNSW32``, ``HNSW32,SQ8``, ``NSG32``), an IVF whose
+    first part names its coarse quantiser (``IVF1024``, ``IVF64k``, ``IVF1024_HNSW32``, ``IVF1024(PQ8)``) and whose
+    rest its codes, or the codes alone (``Flat``, ``SQ8``, ``PQ16x4fs``). Parts it does not know are left to faiss."""
     if not factory or factory.strip() != factory:
         raise FactoryError(f"invalid factory string {factory!r}")
     fields: dict[str, Any] = {}
-    for part in factory.split(","):
-        if m := _OPQ.match(part):
-            fields["opq_m"] = int(m.group(1))
-            fields["opq_dim"] = int(m.group(2)) if m.group(2) else None
-        elif m := _IVF.match(part):
-            fields["nlist"] = int(m.group(1))
-            fields["hnsw"] = fields.get("hnsw", False) or "HNSW" in part  # IVF…_HNSW: an HNSW coarse quantiser
-        elif m := _PQ.match(part):
-            fields["pq_m"] = int(m.group(1))
-            fields["pq_nbits"] = int(m.group(2)) if m.group(2) else 8
-            fields["fast_scan"] = m.group(3) is not None
-        elif m := _PCA.match(part):
+    description = factory
+    if m := _ID_MAP.fullmatch(description):
+        fields["id_map"] = True
+        description = m.group(1) or m.group(2)
+    if m := _REFINE.fullmatch(description):
+        description = m.group(1)
+    head, rest = _split_first(description)
+    while rest and _TRANSFORM.fullmatch(head):
+        if m := _OPQ.fullmatch(head):
+            fields["opq_m"], fields["opq_dim"] = int(m.group(1)), int(m.group(2)) if m.group(2) else None
+        elif m := _PCA.fullmatch(head):
             fields["pca_dim"] = int(m.group(1))
-        elif m := _SQ.match(part):
-            fields["sq"] = m.group(1)
-        elif part.startswith("HNSW"):
-            fields["hnsw"] = True
-        elif part.startswith("IDMap"):
-            fields["id_map"] = True
+        description = rest
+        head, rest = _split_first(description)
+    codes = description
+    if m := _GRAPH.fullmatch(description):
+        fields["graph"] = True
+        codes = m.group(1) or ""
+    elif m := _IVF.fullmatch(head):
+        fields["nlist"] = int(m.group(1)) * _NLIST_UNITS[m.group(2)]
+        codes = rest
+    if m := _PQ.fullmatch(codes):
+        fields["pq_m"] = int(m.group(1))
+        fields["pq_nbits"] = int(m.group(2)) if m.group(2) else 8
+        fields["fast_scan"] = m.group(3) is not None
+    elif _SQ.fullmatch(codes):
+        fields["sq"] = codes
     if fields.get("nlist") == 0 or fields.get("pq_m") == 0 or fields.get("opq_m") == 0 or fields.get("pca_dim") == 0:
         raise FactoryError(f"factory {factory!r}: nlist, M and the PCA dimension must be positive")
     return FactorySpec(factory=factory, **fields)
@@ -134,6 +166,16 @@ def unwrapped(index: Any) -> Any:
     import faiss
 
     return faiss.downcast_index(index.index) if isinstance(index, faiss.IndexPreTransform) else index
+
+
+def unmapped(index: Any) -> Any:
+    """``index`` behind its id map (``IDMap,...``: the index holding the vectors and codes), downcast; ``index`` itself
+    (downcast) without one. An id map stores and encodes nothing itself (its ``sa_encode`` raises): codes are written,
+    decoded and copied through this."""
+    import faiss
+
+    index = faiss.downcast_index(index)
+    return faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap | faiss.IndexIDMap2) else index
 
 
 def ivf_of(index: Any) -> Any | None:

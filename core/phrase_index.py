@@ -66,7 +66,7 @@ import numpy as np
 
 from spanseek.core import integrity
 from spanseek.core.config import EncoderConfig
-from spanseek.core.faiss_spec import FactorySpec, faiss_reason, ivf_of, parse_factory, unwrapped
+from spanseek.core.faiss_spec import FactorySpec, faiss_reason, ivf_of, parse_factory, unmapped, unwrapped
 from spanseek.core.fieldindex import FIELDS as FIELDS
 from spanseek.core.fieldindex import FieldIndex, FilterTree
 from spanseek.core.fine_store import DEFAULT_STORE, STORES, FineStore, open_fine_store, store_files
@@ -399,10 +399,11 @@ def decode_codes(index: Any, codes: np.ndarray) -> np.ndarray:
 
     IVF-PQ fast-scan indexes are decoded from the index's own parts (coarse centroid if by_residual + PQ decode,
     then the inverse pre-transform, e.g. OPQ), with the same result: their ``sa_decode`` crashes once the index
-    has been read back from disk (faiss 1.15).
+    has been read back from disk (faiss 1.15). An index behind an id map decodes through the index it wraps.
     """
     import faiss
 
+    index = unmapped(index)
     is_pre = isinstance(index, faiss.IndexPreTransform)
     inner = unwrapped(index)
     if not isinstance(inner, faiss.IndexIVFPQFastScan):

@@ -55,7 +55,7 @@ import numpy as np
 from spanseek.core.chained import Chained, ChainedArray, TokenMap
 from spanseek.core.copy_table import doc_runs
 from spanseek.core.dense import merge_top
-from spanseek.core.faiss_spec import ivf_of
+from spanseek.core.faiss_spec import ivf_of, unmapped
 from spanseek.core.fieldindex import FieldIndex, JoinedFieldIndex, run_positions
 from spanseek.core.flat_search import flat_vectors
 from spanseek.core.hits import HitBuilder
@@ -184,15 +184,6 @@ def empty_like(index: Any) -> Any:
         empty = faiss.clone_index(index)  # once per base: the copy of its lists is dropped at once
         empty.reset()
     return empty
-
-
-def unmapped(index: Any) -> Any:
-    """``index`` behind its id map (``IDMap,...``: the index holding the vectors and codes), downcast: what the
-    segment copies, encodes with and fills; ``index`` itself (downcast) without one."""
-    import faiss
-
-    index = faiss.downcast_index(index)
-    return faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap | faiss.IndexIDMap2) else index
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from spanseek.core.faiss_spec import unmapped
 from spanseek.core.io import atomic_path, new_memmap
 from spanseek.core.text import FLAG_END, FLAG_START
 from spanseek.indexer.faiss_index import ADD_CHUNK
@@ -33,8 +34,9 @@ def write_codes(index, vectors: np.ndarray, path: str | Path, old_codes: np.ndar
                 progress: bool = False) -> int:
     """Write the codes store atomically: ``old_codes`` (if any) followed by the codes of ``vectors``.
 
-    Returns the code size in bytes per token.
+    Returns the code size in bytes per token. An index behind an id map encodes through the index it wraps.
     """
+    index = unmapped(index)
     code_size = int(index.sa_code_size())
     n_old = 0 if old_codes is None else len(old_codes)
     with atomic_path(path) as tmp:
