@@ -419,6 +419,12 @@ def _build_locked(corpus: Path, model: str | Path, model_dir: Path, out: Path, o
         "filter_threshold": opts.filter_threshold, "build_seconds": round(time.time() - t_start, 2),
         "phrase_fingerprint": phrase_fingerprint(model_dir), "lexical": lexical, "fine_store": fine_store,
     })
+    return finished(out, manifest)
+
+
+def finished(out: Path, manifest: phrase_index.Manifest) -> phrase_index.Manifest:
+    """Write ``manifest`` into ``out`` (its presence marks a finished index), then drop what only a resumed build
+    needed: the encoded shards and an on-disk build's ``ivf_blocks/``. Returns the manifest."""
     manifest.write(out)
     remove_scratch(out)
     return manifest
@@ -469,8 +475,7 @@ def _reindex_locked(src: Path, out: Path, old: phrase_index.Manifest, opts: Buil
         "filter_threshold": opts.filter_threshold, "build_seconds": round(time.time() - t0, 2),
         "fine_store": fine_store,
     })
-    manifest.write(out)
-    return manifest
+    return finished(out, manifest)
 
 
 def filtered_ids(out: Path, threshold: float | None, n_tokens: int) -> np.ndarray | None:

@@ -237,3 +237,12 @@ def test_on_disk_build_resumed_after_a_passage_changed_does_not_reuse_its_blocks
     want = faiss.read_index(str(fresh_dir / "index.faiss"), faiss.IO_FLAG_ONDISK_SAME_DIR)
     q = PhraseIndex(fresh_dir).token_vectors(np.arange(bounds[p], bounds[p + 1]))
     assert np.array_equal(got.search(q, 5)[0], want.search(q, 5)[0])
+
+
+def test_an_on_disk_reindex_leaves_no_blocks_once_complete(in_memory, tmp_path):
+    """The blocks (a second copy of every list) are dropped once the manifest is written, as a build drops them,
+    not left in the finished index until something opens it."""
+    out = tmp_path / "disk"
+    reindex(in_memory, out, _opts(on_disk=True))
+    assert not (out / "ivf_blocks").exists()
+    assert verify_index(out, sample=20)["ok"]
