@@ -233,12 +233,14 @@ def merged_key(out: Path) -> str:
         return ""
 
 
-def fill_faiss(out: Path, dim: int, opts: BuildOptions) -> tuple[str, dict, int]:
+def fill_faiss(out: Path, dim: int, opts: BuildOptions, kept: str | None = None) -> tuple[str, dict, int]:
     """Resolve and validate the factory, train, add the kept tokens, write index.faiss (+ codes.npy).
 
     Returns (factory, faiss_params for the manifest, tokens indexed). Raises FactoryError before any training when the
-    corpus is too small for the factory.
+    corpus is too small for the factory, saying ``kept``: what stays in ``out`` for a rerun (a build's encoded shards
+    by default).
     """
+    kept = kept or f"the encoded shards in {out} are kept: rerun with another --factory to resume"
     vectors = open_fine_store(out, detect_kind(out))
     scores = load_filter_scores(out)
     if opts.filter_threshold is not None and scores is None:
@@ -254,7 +256,7 @@ def fill_faiss(out: Path, dim: int, opts: BuildOptions) -> tuple[str, dict, int]
         spec = validate_factory(factory, dim, len(ids))
         spec.check_dim(dim)
     except FactoryError as e:
-        raise FactoryError(f"{e} (the encoded shards in {out} are kept: rerun with another --factory to resume)") from None
+        raise FactoryError(f"{e} ({kept})") from None
     nprobe = opts.nprobe
     if (problem := nprobe_problem(spec, nprobe)) is not None:
         if opts.factory != AUTO:  # (a build refused it before encoding; a reindex before training)
@@ -265,7 +267,7 @@ def fill_faiss(out: Path, dim: int, opts: BuildOptions) -> tuple[str, dict, int]
     if on_disk:
         check_on_disk(spec)
     if (problem := codes_problem(spec, opts)) is not None:  # (auto's pick; a build refused a given factory's at its start)
-        raise FactoryError(f"{problem} (the encoded shards in {out} are kept: rerun with another --factory to resume)")
+        raise FactoryError(f"{problem} ({kept})")
     contiguous = len(ids) == len(vectors)
     gpu = use_gpu(opts.gpu)
     n_train = training_size(spec, len(ids), opts.max_train)
@@ -465,7 +467,8 @@ def _reindex_locked(src: Path, out: Path, old: phrase_index.Manifest, opts: Buil
             raise BuildError(f"{src} has no filter scores ({phrase_index.FILTER_SCORES}); give a model with a filter head "
                              "(filter_model) to compute them from its token vectors")
         write_filter_scores(out, filter_model, old)
-    factory, faiss_params, indexed = fill_faiss(out, int(old.encoder["dim"]), opts)
+    factory, faiss_params, indexed = fill_faiss(out, int(old.encoder["dim"]), opts, kept=(
+        f"{src} is unchanged and the stores linked from it stay in {out}: rerun the reindex with another --factory"))
     fine_store = opts.store or old.fine_store
     faiss_params["fine_store"] = write_fine_store(out, fine_store, opts.max_train, opts.progress,
                                                   keep=filtered_ids(out, opts.filter_threshold, old.tokens))

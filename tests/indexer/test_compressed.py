@@ -555,3 +555,15 @@ def test_add_through_an_alias_prints_the_index_it_changed(tmp_path, tiny_index, 
     assert printed["disk_bytes"] == want["disk_bytes"] > 0
     assert (printed["documents"], printed["deleted_documents"]) == (want["documents"], 1)
     assert printed["index"] == str(index) and printed["manifest"] == str(index / "manifest.json")
+
+
+@pytest.mark.parametrize("opts", [BuildOptions(factory="IVF4096,SQ8", progress=False, recall_sample=0),
+                                  BuildOptions(factory="auto", vector_source="codes", progress=False, recall_sample=0)])
+def test_a_refused_reindex_says_what_it_keeps(ivf_index, tmp_path, opts):
+    """A reindex encodes nothing: a factory refused once the tokens are counted names the source, left as it was,
+    and the stores linked into --out, not encoded shards."""
+    with pytest.raises(FactoryError) as refused:
+        reindex(ivf_index, tmp_path / "re", opts)
+    assert "encoded shards" not in str(refused.value)
+    assert str(refused.value).endswith(f"({ivf_index} is unchanged and the stores linked from it stay in "
+                                       f"{tmp_path / 're'}: rerun the reindex with another --factory)")
