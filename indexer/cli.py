@@ -247,15 +247,20 @@ def _index_dir(path: str, flag: str | None = None) -> str:
     return target
 
 
-def _corpus_file(path: str) -> str:
+def _corpus_file(path: str, jsonl: bool = True) -> str:
     """``--corpus``, refused when it names an index directory: its documents are not a corpus until exported (the
-    advice for a folder, to convert its files with `corpus from-files`, does not fit an index)."""
+    advice for a folder, to convert its files with `corpus from-files`, does not fit an index); any other path that is
+    no JSONL corpus (a folder, a Markdown or SQuAD file) is refused naming the flag, with the command that makes one;
+    ``jsonl`` off (`eval --corpus`, which takes other forms too), it is left to the command."""
     from spanseek.core.io import given_path
     from spanseek.core.phrase_index import MANIFEST
+    from spanseek.indexer.ingest import corpus_problem
 
     if (Path(given_path(path, "--corpus")) / MANIFEST).is_file():
         raise ValueError(f"--corpus {path} is an index directory, not a JSONL corpus; `spanseek index export --index "
                          f"{path} --out CORPUS.jsonl` writes its documents as one")
+    if jsonl and (problem := corpus_problem(path)) is not None:
+        raise ValueError(f"--corpus {problem}")
     return path
 
 
@@ -455,7 +460,7 @@ def _eval(args: argparse.Namespace) -> int:
     from spanseek.indexer.evaluate import run_eval
 
     params = from_args(SearchParams, args, only=EVAL_SEARCH_FLAGS)  # the options, then the files they name
-    corpus = _corpus_file(args.corpus) if args.corpus else None
+    corpus = _corpus_file(args.corpus, jsonl=False) if args.corpus else None
     given_path(args.questions, "--questions", file=True)
     for flag, given in (("--questions", args.questions), ("--corpus", args.corpus)):
         if args.out is not None and given is not None and _same_file(args.out, given):  # the metrics would replace it

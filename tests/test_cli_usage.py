@@ -722,3 +722,18 @@ def test_serve_names_its_model_setting_given_a_path_that_holds_no_model(tiny_ind
     status, out, err = failure(["serve", "--index", str(tiny_index), "--model", str(given)], capsys)
     said = MODEL_FILE if kind == "file" else NO_MODEL
     assert (status, out, err) == (2, "", [f"spanseek serve: error: --model / SPANSEEK_MODEL {given}: {said}"])
+
+
+
+@pytest.mark.parametrize("argv", [
+    ["index", "build", "--corpus", "{tmp}", "--out", "{tmp}/i"],
+    ["index", "add", "--index", "{index}", "--corpus", "{tmp}"],
+    ["index", "upsert", "--index", "{index}", "--corpus", "{tmp}"],
+])
+def test_a_folder_given_as_the_corpus_is_named_by_its_flag(tmp_path, tiny_index, capsys, argv):
+    """A folder given as the corpus was said with the path alone (``runs is a directory, not a JSONL corpus``); the
+    flag now leads the line, as it does for a missing corpus or an index given as the corpus."""
+    from spanseek.indexer.ingest import corpus_problem
+
+    status, out, err = failure([a.format(tmp=tmp_path, index=tiny_index) for a in argv], capsys)
+    assert (status, out, err) == (2, "", [f"spanseek {' '.join(argv[:2])}: error: --corpus {corpus_problem(tmp_path)}"])
