@@ -53,6 +53,9 @@ LEXICAL_PASSAGES = 5
 # passage/doc units, hybrid: each leg brings at least this many units to the fused candidate list (documents are
 # few and large: the dense leg deepens its search until it has found this many)
 FUSION_DEPTH = {"phrase": 0, "passage": 20, "doc": 5}
+# matches a part of a batch whose documents are found together (``unit_matches``): a batch of 64 questions over a
+# thousand passages is one part; over 100k passages each question is one, as arrays of millions cost their paging
+UNIT_MATCHES_PART = 1 << 15
 
 
 def check_fusion(params: SearchParams, default_mode: Mode, default_fusion: Fusion) -> None:
@@ -163,12 +166,11 @@ class LexicalFusion:
         """Per question of ``lexical``, each ``unit`` that holds a matching passage (ascending), its BM25 score (its
         best passage's) and that passage (the lowest-numbered with its score): made from the matching passages
         only."""
-        out = []
-        for b in range(len(lexical)):
-            passages, scores = lexical.row(b)
-            units = self.unit_of_passage[unit][passages]
-            out.append((units, scores, passages) if unit == "passage" else best_of_units(passages, scores, units))
-        return out
+        units = self.unit_of_passage[unit]
+        if unit != "passage":  # questions together, in parts whose arrays stay small (cache-sized, not paged in)
+            return [found for part in lexical.parts(UNIT_MATCHES_PART)
+                    for found in best_of_units(part, units[part.passages])]
+        return [(units[passages], scores, passages) for passages, scores in map(lexical.row, range(len(lexical)))]
 
     @staticmethod
     def lexical_units(matched: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], n: int

@@ -36,7 +36,7 @@ import json
 import math
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -226,6 +226,16 @@ class Matches:
                        np.concatenate([np.zeros(0, np.int64), *(p for p, _ in rows)]),
                        np.concatenate([np.zeros(0, np.float32), *(s for _, s in rows)]), self.n_passages)
 
+    def parts(self, most: int) -> Iterator[Matches]:
+        """The batch in runs of consecutive questions holding at most ``most`` matches together (a question holding
+        more, alone): views of these arrays, not copies."""
+        a = 0
+        while a < len(self):
+            e = min(max(int(np.searchsorted(self.indptr, self.indptr[a] + most, side="right")) - 1, a + 1), len(self))
+            lo, hi = self.indptr[a], self.indptr[e]
+            yield Matches(self.indptr[a : e + 1] - lo, self.passages[lo:hi], self.scores[lo:hi], self.n_passages)
+            a = e
+
     def within(self, allowed: np.ndarray) -> Matches:
         """Only the matches of passages ``allowed`` ((P,) booleans): a filter's (the others score 0)."""
         keep = np.asarray(allowed, bool)[self.passages]
@@ -259,18 +269,28 @@ def scores_of(held: np.ndarray, scores: np.ndarray, wanted: np.ndarray) -> np.nd
     return np.where(held[at] == wanted, scores[at], scores.dtype.type(0))
 
 
-def best_of_units(passages: np.ndarray, scores: np.ndarray, units: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Of matching ``passages`` (ascending), their ``scores`` and ``units`` (each one's): each unit among them
-    (ascending), its best score and its best passage (the lowest-numbered with that score)."""
-    if not len(passages):
-        return units, scores, passages
-    order = np.argsort(units, kind="stable")  # each unit's passages together, ascending (a unit's are mostly a run)
-    ranked, held = scores[order], units[order]
-    starts = np.flatnonzero(np.r_[True, held[1:] != held[:-1]])
-    best = np.maximum.reduceat(ranked, starts)
-    at = np.where(ranked == np.repeat(best, np.diff(np.r_[starts, len(order)])), np.arange(len(order)), len(order))
-    return held[starts], best, passages[order[np.minimum.reduceat(at, starts)]]
+def best_of_units(matches: Matches, units: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Of a batch's ``matches`` and ``units`` (each matching passage's, in the order ``matches.passages`` holds
+    them): per question, each unit among its passages (ascending), its best score and its best passage (the
+    lowest-numbered with that score). The batch at once: its (question, unit) pairs sorted together, not a sort and
+    two reductions a question (most of the lexical leg's cost at a thousand passages)."""
+    width = int(units.max(initial=0)) + 1
+    # (nnz,) question-major keys (a question alone: its units)
+    key = units if len(matches) == 1 else np.repeat(np.arange(len(matches)), np.diff(matches.indptr)) * width + units
+    ranked, held, passages = matches.scores, key, matches.passages
+    if np.any(key[1:] < key[:-1]):  # a stable sort keeps each pair's passages ascending (a unit's are mostly a run)
+        order = np.argsort(key, kind="stable")
+        ranked, held, passages = ranked[order], key[order], passages[order]
+    starts = np.flatnonzero(np.r_[len(held) > 0, held[1:] != held[:-1]])
+    if len(starts):
+        best = np.maximum.reduceat(ranked, starts)  # (pairs,) each pair's best score
+        at = np.where(ranked == np.repeat(best, np.diff(np.r_[starts, len(held)])), np.arange(len(held)), len(held))
+        passages = passages[np.minimum.reduceat(at, starts)]  # its first passage with that score
+    else:
+        best, passages = ranked[:0], passages[:0]
+    bounds = np.r_[0, np.cumsum(np.bincount(held[starts] // width, minlength=len(matches)))]
+    unit = held[starts] % width
+    return [(unit[a:e], best[a:e], passages[a:e]) for a, e in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def top_by_score(scores: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:

@@ -97,15 +97,18 @@ def test_top_by_score_breaks_ties_at_the_cut_by_id():
     assert top_by_score(scores, ids, 10).tolist() == [4, 1, 2, 3, 0, 5]
 
 
+@pytest.mark.parametrize("shuffled", [False, True])
 @pytest.mark.parametrize("filtered", [False, True])
 @pytest.mark.parametrize("corpus", range(len(CORPORA)))
-def test_the_lexical_legs_units_are_those_of_the_array(corpus, filtered):
+def test_the_lexical_legs_units_are_those_of_the_array(corpus, filtered, shuffled):
     """``LexicalFusion.lexical_units`` and a unit's BM25 score (``unit_matches``) from the matches against the old
     computation over the (B, P) array, for passages and documents, with a filter or not, at several cuts: the same
     units, scores and best passages in the same order (passages: ties at the cut by id, which the array's
     ``argpartition`` cut as it happened to; compared with a stable ranking of every passage there), and every unit's
-    score that fusion reads (0 where none of its passages matches)."""
+    score that fusion reads (0 where none of its passages matches); documents holding runs of passages or not."""
     passages, questions, doc_of = CORPORA[corpus]()
+    if shuffled:  # documents whose passages are not runs in passage order (a live index's replaced documents)
+        doc_of = np.random.default_rng(corpus).permutation(doc_of)
     lexical = LexicalIndex.build(passages)
     unit_of_passage = {"passage": np.arange(len(passages)), "doc": doc_of}
     fusion = LexicalFusion(lexical, None, None, unit_of_passage, None)  # type: ignore[arg-type]
@@ -141,3 +144,31 @@ def test_matches_of_an_array_are_its_positive_entries():
     assert matches.dense().tolist() == dense.tolist()
     empty = Matches.of_postings([], 2, 5)
     assert empty.dense().tolist() == np.zeros((2, 5)).tolist() and empty.top(2)[0].tolist() == [[-1, -1]] * 2
+
+
+def test_a_batchs_documents_are_found_for_the_batch_at_once_not_a_question_at_a_time():
+    """``unit_matches`` for documents, a batch at once: 512 questions that each match a passage or two cost far less
+    than 46 times what 11 do (one sort of the batch's (question, document) pairs; a sort and two reductions a
+    question cost 50 times as much), and each question gets its own documents, none where it matches nothing."""
+    import time
+
+    passages = [f"w{i} w{i % 3}" for i in range(60)]
+    doc_of = np.arange(60) // 3
+    lexical = LexicalIndex.build(passages)
+    fusion = LexicalFusion(lexical, None, None, {"passage": np.arange(60), "doc": doc_of}, None)  # type: ignore[arg-type]
+    few = lexical.matches(["w11", "", "w31 w4"] * 3 + ["w40"] * 2)
+    many = lexical.matches(["w11", "", "w31 w4"] * 171 + ["w40"] * 5)
+
+    def least(matches: Matches) -> float:
+        best = float("inf")
+        for _ in range(20):
+            started = time.process_time()
+            fusion.unit_matches(matches, "doc")
+            best = min(best, time.process_time() - started)
+        return best
+
+    got = fusion.unit_matches(many, "doc")
+    want = [[a.tolist() for a in fusion.unit_matches(lexical.matches([q]), "doc")[0]] for q in ("w11", "", "w31 w4")]
+    assert [[a.tolist() for a in g] for g in got[:3]] == want and [[a.tolist() for a in g] for g in got[-5:]] == [
+        [a.tolist() for a in fusion.unit_matches(lexical.matches(["w40"]), "doc")[0]]] * 5
+    assert least(many) < 20 * least(few)  # (7 times now; 50 times a question at a time)
