@@ -58,7 +58,7 @@ from spanseek.core.reader import (
     resolve_reader,
 )
 from spanseek.core.spans import span_scores
-from spanseek.core.text import char_to_token
+from spanseek.core.text import FLAG_END, FLAG_START, char_to_token
 from spanseek.trainer.arguments import LengthBiasConfig, ReaderLengthBiasConfig
 from spanseek.trainer.data import answered, load_training, reserved_articles_hint, training_questions
 
@@ -103,21 +103,24 @@ def span_table(model, tokenizer, questions: list[Question], precision: str) -> S
 
 def reader_span_table(reader: PassageReader, questions: list[Question], batch: int = 64,
                       progress: bool = False) -> SpanTable:
-    """Every span (at most ``max_answer_tokens``, both ends on passage tokens) of each window the reader reads that
-    holds a question's whole gold answer, a row per such window, scored start logit + end logit."""
+    """Every span the reader can read (at most ``max_answer_tokens``, whole words: ``Windows.flags``) of each window
+    that holds a question's whole gold answer as such a span, a row per such window, scored start logit + end
+    logit."""
     L = reader.config.max_answer_tokens
     rows: list[tuple[np.ndarray, np.ndarray, int]] = []
     for a in tqdm(range(0, len(questions), batch), desc="reading", unit="batch", disable=not progress):
         chunk = questions[a : a + batch]
         windows = make_windows(reader.tokenizer, reader.config, [q.question for q in chunk], [q.context for q in chunk])
         for w, (start, end) in enumerate(reader.logits(windows)):
-            q, off = chunk[int(windows.pair[w])], windows.offsets[w]
+            q, off, flags = chunk[int(windows.pair[w])], windows.offsets[w], windows.flags[w]
             first = np.flatnonzero(off[:, 0] == q.answer_starts[0])
             last = np.flatnonzero(off[:, 1] == q.answer_starts[0] + len(q.answers[0]))
-            inside = off[:, 0] >= 0
-            if not len(first) or not len(last) or not 0 <= last[0] - first[0] < L or not inside[first[0]]:
-                continue  # the window cuts the answer off, or it does not end on a token boundary
-            i, j = np.nonzero(np.triu(np.tril(np.ones((len(off), len(off)), bool), L - 1)) & np.outer(inside, inside))
+            can_start, can_end = flags & FLAG_START > 0, flags & FLAG_END > 0
+            if (not len(first) or not len(last) or not 0 <= last[0] - first[0] < L or not can_start[first[0]]
+                    or not can_end[last[0]]):
+                continue  # the window cuts the answer off, or it is not whole words
+            i, j = np.nonzero(np.triu(np.tril(np.ones((len(off), len(off)), bool), L - 1))
+                              & np.outer(can_start, can_end))
             rows.append(((start[i] + end[j]).astype(np.float32), j - i,
                          int(np.flatnonzero((i == first[0]) & (j == last[0]))[0])))
     return table_of(rows)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from spanseek.core.text import FLAG_END, FLAG_START
 from tests.conftest import make_squad
 
 
@@ -148,9 +149,13 @@ def test_reader_span_table_has_every_span_of_each_window_that_holds_the_answer(s
     table = reader_span_table(reader, qs, batch=4)
     windows = make_windows(reader.tokenizer, reader.config, [q.question for q in qs], [q.context for q in qs])
     assert len(table.gold) == len(windows.ids) == len(qs)  # short passages: one window each, the answer inside
-    for r, (q, (start, end), off) in enumerate(zip(qs, reader.logits(windows), windows.offsets, strict=True)):
+    parted = 0  # windows with a word of several pieces, whose inner pieces start or end no span the reader reads
+    for r, (q, (start, end), off, flags) in enumerate(zip(qs, reader.logits(windows), windows.offsets, windows.flags,
+                                                         strict=True)):
         inside = np.flatnonzero(off[:, 0] >= 0)
-        spans = [(i, j) for i in inside for j in inside if i <= j < i + L]
+        spans = [(i, j) for i in inside for j in inside if i <= j < i + L and flags[i] & FLAG_START
+                 and flags[j] & FLAG_END]
+        parted += int(len(spans) < sum(i <= j < i + L for i in inside for j in inside))
         row = table.scores[r]
         assert int(torch.isfinite(row).sum()) == len(spans)
         i = int(np.flatnonzero(off[:, 0] == q.answer_starts[0])[0])
@@ -158,6 +163,7 @@ def test_reader_span_table_has_every_span_of_each_window_that_holds_the_answer(s
         assert float(row[table.gold[r]]) == pytest.approx(float(start[i] + end[j]), abs=1e-5)
         assert int(table.lengths[r, table.gold[r]]) == j - i
         assert sorted(table.lengths[r, : len(spans)].tolist()) == sorted(b - a for a, b in spans)
+    assert parted
 
 
 def test_reader_command_writes_the_reader_with_its_prior(squad_file, tiny_reader, tmp_path):
@@ -187,9 +193,10 @@ def test_reader_command_writes_the_reader_with_its_prior(squad_file, tiny_reader
     question, passage = "who built the castle?", "The castle was built by Borin the mason in 1340 near the river."
     windows = make_windows(reader.tokenizer, reader.config, [question], [passage])
     (start, end), = reader.logits(windows)
-    off, bias = windows.offsets[0], reader.config.length_bias
+    off, bias, flags = windows.offsets[0], reader.config.length_bias, windows.flags[0]
     inside = np.flatnonzero(off[:, 0] >= 0)
-    score, i, j = max((start[i] + end[j] + bias[j - i], i, j) for i in inside for j in inside if i <= j < i + L)
+    score, i, j = max((start[i] + end[j] + bias[j - i], i, j) for i in inside for j in inside if i <= j < i + L
+                      and flags[i] & FLAG_START and flags[j] & FLAG_END)
     [best] = reader.read([question], [passage], k=1)[0]
     assert (best.start, best.end) == (off[i, 0], off[j, 1]) and best.score == pytest.approx(score, abs=1e-5)
 
