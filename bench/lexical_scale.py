@@ -128,11 +128,25 @@ def measure(lexical: LexicalIndex, questions: list[str], doc_of: np.ndarray, rep
     return out
 
 
+def passage_counts(text: str) -> list[int]:
+    """``--sizes``: comma-separated positive passage counts; empty (``--sizes ""``) for none, measuring ``--index``
+    alone. An ``argparse.ArgumentTypeError`` naming what is not a count."""
+    counts = []
+    for part in (s.strip() for s in text.split(",")):
+        if not part:
+            continue
+        if not part.isdigit() or int(part) < 1:
+            raise argparse.ArgumentTypeError(f"{part!r} is not a positive number of passages")
+        counts.append(int(part))
+    return counts
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--train", type=Path, required=True, help="SQuAD train json(.gz) whose paragraphs are replicated")
     p.add_argument("--questions", type=Path, required=True, help="SQuAD json(.gz) whose questions are searched")
-    p.add_argument("--sizes", default="100000,1000000", help="passages of each index, comma-separated")
+    p.add_argument("--sizes", type=passage_counts, default="100000,1000000",
+                   help='passages of each replicated index, comma-separated ("": none, --index alone)')
     p.add_argument("--workdir", type=Path, required=True, help="where each size's lexical index is built once")
     p.add_argument("--batch", type=int, default=64, help="questions a batch")
     p.add_argument("--repeats", type=int, default=3, help="rounds; the least CPU time of each stage is kept")
@@ -148,7 +162,9 @@ def main() -> None:
         doc_of = np.asarray([json.loads(line)["doc"] for line in (index / "passages.jsonl").open()], np.int64)
         results[str(index)] = measure(LexicalIndex.load(index / LEXICAL_DIR), questions, doc_of, args.repeats)
         print(index, json.dumps(results[str(index)]))  # noqa: T201
-    for n in (int(s) for s in args.sizes.split(",")):
+    if not args.sizes and not args.index:
+        p.error("nothing to measure: give --sizes or --index")
+    for n in args.sizes:
         lexical = lexical_index(args.workdir, args.train, n)
         results[str(n)] = measure(lexical, questions, replicated(args.train, n)[1], args.repeats)
         print(n, json.dumps(results[str(n)]))  # noqa: T201
