@@ -38,6 +38,7 @@ from spanseek.core.search import Searcher
 from spanseek.indexer.live import LiveStoreError, base_dir, hold_index
 from spanseek.service.batcher import MicroBatcher, run_batch
 from spanseek.service.cost import CostModel
+from spanseek.service.cursors import Cursors
 from spanseek.service.errors import ServiceError, install_error_handlers
 from spanseek.service.files import router as files_router
 from spanseek.service.heap import settle
@@ -117,6 +118,8 @@ class ServiceState:
         self.reloader = IndexReloader(self, reopener)
         self.factory: SearcherFactory = default_searcher_factory  # what load() opened the first index with
         self.live: LiveWrites | None = None  # live writes (settings.writes), once loaded
+        # the rankings of paging cursors: the app's, so that a reload or a write leaves them as they were searched
+        self.cursors = Cursors(settings.cursor_cache_bytes, settings.cursor_ttl_s)
 
     async def load(self, factory: SearcherFactory) -> None:
         """Load the searcher, warm it up, start the batcher, then report ready (or failed, with the reason).

@@ -70,6 +70,14 @@ class NotFound(ServiceError, status=404, error="not_found"):
     """No such document (the write API); an unknown route is Starlette's own 404."""
 
 
+class CursorExpired(ServiceError, status=410, error="cursor_expired"):
+    """A paging cursor whose ranking this server no longer keeps (``service.cursors``): kept ``cursor_ttl_s`` after
+    its last page and within ``cursor_cache_bytes``, on the replica that gave it."""
+
+    default_message = ("this cursor's ranking is no longer kept (cursor_ttl_s after its last page, within "
+                       "cursor_cache_bytes, on the server that gave it): search again for the first page")
+
+
 class MethodNotAllowed(ServiceError, status=405, error="method_not_allowed"):
     """A route asked with a method it does not take: the message and ``Allow`` name every method its path takes (the
     router's own 405 named those of its first route alone: ``DELETE /documents`` was told ``Allow: PUT``)."""
@@ -177,8 +185,8 @@ class ClientClosed(ServiceError, status=499, error="client_closed"):
 
 # Error types counted in spanseek_errors_total (pre-created so dashboards see zeros, not gaps).
 ERROR_TYPES = ("bad_request", "response_too_large", "unauthorized", "forbidden", "not_found", "method_not_allowed",
-               "payload_too_large", "unsupported_media_type", "request_timeout", "validation_error", "overloaded",
-               "not_ready", "client_closed", "conflict", "unreadable_file", "reload_failed", "reload_throttled",
+               "cursor_expired", "payload_too_large", "unsupported_media_type", "request_timeout", "validation_error",
+               "overloaded", "not_ready", "client_closed", "conflict", "unreadable_file", "reload_failed", "reload_throttled",
                "insufficient_storage", "reader_unavailable", "internal_error")
 # validation errors listed in a 422's details: a body of 300,000 wrong items is 300,000 errors, and answering with
 # every one took seconds of the server's time (and 29 MB) that other requests waited for

@@ -23,10 +23,12 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
 from spanseek.core.filters import SearchFilter
+from spanseek.core.hits import Hit
 from spanseek.core.lexical import LexicalIndexMissing
 from spanseek.core.params import UNITS, SearchParams, SearchParamsError
 from spanseek.service.batcher import BatchOutcome
 from spanseek.service.bounds import check_estimate, passage_window, render_bounded
+from spanseek.service.cursors import Ranking
 from spanseek.service.errors import (
     BadRequest,
     ClientClosed,
@@ -482,6 +484,8 @@ async def search(
     request.state.read = bool(body.read)  # the `read` label of the request's latency (service.middleware)
     state = get_state(request)
     s = state.settings
+    if body.cursor is not None:
+        return next_page(request, body.cursor, body.top_k, unit if "unit" in request.query_params else None, t0)
     given = body.questions()
     questions = [q[: s.max_query_chars] for q in given]  # the rest is not searched: each result says so (truncated)
     if len(questions) > s.max_queries_per_request:
@@ -522,8 +526,10 @@ async def search(
         raise BadRequest(too_costly)
     cost = state.cost.request(len(questions), params)
     client = client_key(request.scope, s.fair_share_by)
+    # a rank_window deeper than the page: the ranking is that deep anyway, and its rest is kept for the next pages
+    searched = replace(params, top_k=params.depth - params.offset) if params.rank_window is not None else params
     try:
-        outcome = await submit_unless_client_leaves(request, state.batcher.submit(questions, params, cost, client))
+        outcome = await submit_unless_client_leaves(request, state.batcher.submit(questions, searched, cost, client))
     except LexicalIndexMissing as e:  # checked above, but a reload swapped in an index without a lexical part
         raise BadRequest(str(e) if may_see_paths(request) else hide_paths(str(e))) from None
     except SearchParamsError as e:  # checked above, but a write, merge or reload swapped in an index where it fails:
@@ -535,19 +541,46 @@ async def search(
         aggregate=outcome.aggregate * 1e3, read=outcome.read * 1e3, total=(time.perf_counter() - t0) * 1e3,
         batch_size=outcome.batch_size,
     )
+    context = None if body.full_passage else s.passage_context_chars
+    pages = []
+    for q, whole, found in zip(questions, given, outcome.hits, strict=True):
+        no_answer = getattr(found, "no_answer", False)
+        rest = Ranking(unit, q, len(whole) > len(q), found[top_k:], top_k, context)
+        pages.append((rest, found[:top_k], no_answer, None if no_answer else state.cursors.keep(rest)))
+    return search_response(request, unit, pages, timings, warnings)
+
+
+def next_page(request: Request, cursor: str, top_k: int | None, unit: Unit | None, t0: float) -> Response:
+    """The page of a paging ``cursor`` (``service.cursors``), ``top_k`` hits (default: the first page's), from the
+    ranking kept for it: no search. 410 when it is no longer kept; 400 for a ``unit`` other than its ranking's."""
+    state = get_state(request)
+    _check_range("top_k", top_k, 1, state.settings.max_top_k)
+    ranking, hits, after = state.cursors.page(cursor, top_k)
+    if unit is not None and unit != ranking.unit:
+        raise BadRequest(f"unit={unit}, but this cursor pages a unit={ranking.unit} ranking: give unit={ranking.unit} "
+                         "or leave unit out")
+    timings = Timings(queue=0.0, encode=0.0, search=0.0, aggregate=0.0, total=(time.perf_counter() - t0) * 1e3,
+                      batch_size=0)
+    return search_response(request, ranking.unit, [(ranking, hits, False, after)], timings, [])
+
+
+def search_response(request: Request, unit: Unit, pages: list[tuple[Ranking, list[Hit], bool, str | None]],
+                    timings: Timings, warnings: list[str]) -> Response:
+    """The answer of ``POST /search`` of ``unit``: per question, its ranking's question and passage context, the hits of
+    its page, whether it abstained and its next cursor; with ``timings``, also as headers. 400 when it would be
+    larger than ``max_response_bytes``."""
+    s = get_state(request).settings
     stages = ("queue", "encode", "search", "aggregate", "read", "total")
     headers = {f"X-Spanseek-{stage.capitalize()}-Ms": f"{getattr(timings, stage):.3f}" for stage in stages}
-    headers["X-Spanseek-Batch-Size"] = str(outcome.batch_size)
+    headers["X-Spanseek-Batch-Size"] = str(timings.batch_size)
     headers["Server-Timing"] = ", ".join(f"{st};dur={getattr(timings, st):.3f}" for st in stages)
-    context = None if body.full_passage else s.passage_context_chars
-    hits = [[passage_window(h, context) for h in per_query] for per_query in outcome.hits]
-    check_estimate(hits, questions, s.max_response_bytes)
+    hits = [[passage_window(h, ranking.context) for h in page] for ranking, page, _, _ in pages]
+    check_estimate(hits, [ranking.query for ranking, *_ in pages], s.max_response_bytes)
     return render_bounded(
-        SearchResponse(unit=unit, results=[QueryResult(query=q, hits=[HitOut(**h) for h in per_query],
-                                                       no_answer=getattr(found, "no_answer", False),
-                                                       truncated=len(whole) > len(q))
-                                           for q, whole, per_query, found in zip(questions, given, hits, outcome.hits,
-                                                                                 strict=True)],
+        SearchResponse(unit=unit,
+                       results=[QueryResult(query=ranking.query, hits=[HitOut(**h) for h in per_query],
+                                            no_answer=no_answer, truncated=ranking.truncated, next=after)
+                                for (ranking, _, no_answer, after), per_query in zip(pages, hits, strict=True)],
                        timings_ms=timings, request_id=request_id_of(request), warnings=warnings),
         s.max_response_bytes, headers,
     )

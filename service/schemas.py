@@ -37,6 +37,8 @@ MAX_FILTER_KEYS = 64  # metadata keys in one filter
 # after validation; this bound stops a huge list early, before each of its items is validated. Both answer 413
 # (service.errors.too_many_queries), naming the server's limit
 MAX_QUERIES = 1024
+# a paging cursor (service.cursors): a random id, secrets.token_urlsafe(16) (128 bits), and a position in its ranking
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]{22}\.[0-9]{1,9}$"
 def metadata_too_deep(meta: Any, passage_meta: Any = ()) -> str | None:
     """Which of a document's metadata objects (``'meta'``, ``'passage_meta' N``) is nested more than
     ``MAX_META_DEPTH`` levels deep, or None."""
@@ -248,7 +250,8 @@ def search_parameter_fields() -> dict[str, Any]:
 
 
 class SearchRequestBase(BaseModel):
-    """Body of ``POST /search``: exactly one of ``query`` / ``queries`` plus optional search parameters.
+    """Body of ``POST /search``: exactly one of ``query`` / ``queries`` plus optional search parameters, or a
+    ``cursor`` (the next page of a ranking) alone or with ``top_k``.
 
     Range checks against the server's limits (top_k, nprobe, ...) happen in the route and answer 400;
     schema violations (wrong types, both or neither of query/queries, text that is not valid Unicode) answer 422.
@@ -258,7 +261,7 @@ class SearchRequestBase(BaseModel):
     # oneOf in the OpenAPI schema tells clients (and the fuzzer) the exactly-one rule the validator enforces
     model_config = ConfigDict(
         extra="forbid", strict=True,
-        json_schema_extra={"oneOf": [{"required": ["query"]}, {"required": ["queries"]}]},
+        json_schema_extra={"oneOf": [{"required": ["query"]}, {"required": ["queries"]}, {"required": ["cursor"]}]},
     )
 
     query: str | None = Field(None, description="one question", examples=["Who built the castle?"])
@@ -271,6 +274,11 @@ class SearchRequestBase(BaseModel):
     full_passage: bool = Field(
         False, description="return each hit's whole passage instead of a window of the server's passage_context_chars "
         "characters on each side of the phrase (whole passages can be large; the response size is capped)",
+    )
+    cursor: str | None = Field(
+        None, pattern=CURSOR_PATTERN, description="the next page of a ranking: a result's next, alone or with top_k "
+        "(default: the first page's); answered from the ranking kept when the first page was searched, so pages "
+        "follow one another exactly, whatever is written or reloaded between them",
     )
 
     @field_validator("query", "queries")
@@ -294,8 +302,13 @@ class SearchRequestBase(BaseModel):
 
     @model_validator(mode="after")
     def _one_of(self) -> SearchRequestBase:
-        if (self.query is None) == (self.queries is None):
-            raise ValueError("give exactly one of 'query' or 'queries'")
+        if self.cursor is not None:
+            others = sorted(self.model_fields_set - {"cursor", "top_k"})
+            if others:  # the cursor's ranking was searched with the first page's question and options
+                raise ValueError(f"give a cursor alone or with top_k: its question and options are the first "
+                                 f"page's (got {', '.join(others)})")
+        elif (self.query is None) == (self.queries is None):
+            raise ValueError("give exactly one of 'query', 'queries' or 'cursor'")
         return self
 
     def questions(self) -> list[str]:
@@ -345,6 +358,8 @@ class QueryResult(BaseModel):
     no_answer: bool = Field(False, description="true when the search abstained: no hit reached min_confidence")
     truncated: bool = Field(False, description="true when the question was longer than the server's max_query_chars "
                             "and only its first max_query_chars characters were searched (and echoed in query)")
+    next: str | None = Field(None, description="a cursor for the next page of this ranking (give it as cursor), when "
+                             "rank_window ranked past this page and hits remain; else null")
 
 
 class Timings(BaseModel):

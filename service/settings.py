@@ -238,6 +238,13 @@ class Settings(BaseSettings):
     # with, and no encoder pass (core.encoding.QuestionCache). About 3 KB a question with the default model.
     question_cache: int = Field(16384, ge=0, description="questions whose vectors are kept for when they are asked "
                                 "again (0: off)")
+    # A search whose rank_window is deeper than its page keeps the rest of each question's ranking for its next pages
+    # (the result's next cursor): those pages cost no search and follow the first exactly, whatever is written or
+    # reloaded meanwhile. Longer or more = cursors that live longer, more memory (a hit is about 1 KB plus its passage).
+    cursor_ttl_s: float = Field(300.0, ge=0, description="seconds a paging cursor's ranking is kept after its last "
+                                "page (0: no cursors)")
+    cursor_cache_bytes: int = Field(64 << 20, ge=0, description="bytes of paging cursors' rankings kept, the least "
+                                    "recently paged dropped first (0: no cursors)")
     # On CPUs other than Intel's an exact index's scans multiply by a transposed copy of its vectors (core.flat_search):
     # faster, and as much RAM again as the vectors.
     scan_transposed_bytes: int = Field(1 << 30, ge=0, description=(

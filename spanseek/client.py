@@ -9,7 +9,7 @@
 It needs only httpx and tenacity (``pip install 'spanseek[client]'``) and defines its own light result types,
 mirroring the response schema of ``POST /search``; fields the server adds later land in each object's ``extra``
 dict. Every route has its method: ``search``/``search_batch`` (the request's options typed in ``SearchOptions``),
-``info``, ``health``, ``ready``, ``metrics``, ``reload``, ``get`` (one document) and ``documents`` (ids, titles and
+``next_page`` (the next page of a ranking, from a result's ``next`` cursor), ``info``, ``health``, ``ready``, ``metrics``, ``reload``, ``get`` (one document) and ``documents`` (ids, titles and
 metadata, by metadata); on a server with writes on (``SPANSEEK_WRITES=1``) and with the write key, ``upsert``,
 ``add`` (new ids only), ``upsert_file``/``add_file`` (a PDF, Word, HTML, Markdown or text file), ``delete`` (by id
 or by filter) and ``compact``.
@@ -128,12 +128,13 @@ else:
 class QueryResult:
     """Hits for one question, best first; ``no_answer`` when the server abstained (``min_confidence``); ``truncated``
     when the question was longer than the server's ``max_query_chars`` and only that many characters were searched
-    (``query`` holds them)."""
+    (``query`` holds them); ``next``, a cursor for the next page of its ranking, or None."""
 
     query: str
     hits: list[Hit]
     no_answer: bool = False
     truncated: bool = False
+    next: str | None = None  # the cursor of the next page (``next_page``), where rank_window ranked past this one
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -401,6 +402,13 @@ class _Base:
         return {} if index is None else {"json": {"index": os.fspath(index)}}
 
 
+def _cursor_body(cursor: str, top_k: int | None) -> dict[str, Any]:
+    if not isinstance(cursor, str):  # None: the last page's next
+        raise TypeError(f"next_page takes a result's next cursor, a string, got {type(cursor).__name__}"
+                        + (" (the last page has none)" if cursor is None else ""))
+    return {"cursor": cursor} if top_k is None else {"cursor": cursor, "top_k": top_k}
+
+
 def _is_ready(response: httpx.Response) -> bool:
     try:
         return response.status_code == 200 and response.json().get("status") == "ready"
@@ -564,6 +572,12 @@ class Client(_Base):
         return _search_response(self._send("POST", "/search", params={"unit": unit},
                                            json=self._body(queries, top_k, options)))
 
+    def next_page(self, cursor: str, top_k: int | None = None) -> SearchResponse:
+        """The next page of a ranking, from a result's ``next`` cursor (``top_k`` hits, default: the first page's):
+        the ranking the first page was cut from, whatever was written or reloaded since (docs/service.md, "Paging
+        with a cursor"); its result's ``next`` continues it. APIError 410 when the server no longer keeps it."""
+        return _search_response(self._send("POST", "/search", json=_cursor_body(cursor, top_k)))
+
     def info(self) -> dict[str, Any]:
         """``GET /info``: the served model, index summary and service settings."""
         return _json_object(self._send("GET", "/info"))
@@ -683,6 +697,10 @@ class AsyncClient(_Base):
         _question_list(queries)
         return _search_response(await self._send("POST", "/search", params={"unit": unit},
                                                  json=self._body(queries, top_k, options)))
+
+    async def next_page(self, cursor: str, top_k: int | None = None) -> SearchResponse:
+        """The next page of a ranking, from a result's ``next`` cursor (``Client.next_page``)."""
+        return _search_response(await self._send("POST", "/search", json=_cursor_body(cursor, top_k)))
 
     async def info(self) -> dict[str, Any]:
         """``GET /info``: the served model, index summary and service settings."""

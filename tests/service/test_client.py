@@ -94,6 +94,27 @@ async def test_async_client(url, tiny_searcher):
     assert len(many.results) == 2 and all(len(r.hits) == 1 for r in many.results)
 
 
+async def test_next_page_continues_the_ranking(url):
+    """``next_page`` of a result's ``next`` gives the rest of its ranking, sync and async; the last page's ``next``
+    is None, and a cursor the server does not hold is an APIError 410 naming it."""
+    with Client(url, api_key=KEY) as client:
+        whole = client.search(QUESTION, unit="passage", top_k=5).hits
+        first = client.search(QUESTION, unit="passage", top_k=2, rank_window=5)
+        second = client.next_page(first.results[0].next)
+        last = client.next_page(second.results[0].next, top_k=10)
+        with pytest.raises(APIError) as e:
+            client.next_page("A" * 22 + ".0")
+        with pytest.raises(TypeError, match="the last page has none"):
+            client.next_page(last.results[0].next)
+    assert [h.passage_id for h in first.hits + second.hits + last.hits] == [h.passage_id for h in whole]
+    assert second.unit == "passage" and last.results[0].next is None and len(second.hits) == 2
+    assert e.value.status == 410 and e.value.error == "cursor_expired" and "search again" in str(e.value)
+    async with AsyncClient(url, api_key=KEY) as client:
+        first = await client.search(QUESTION, unit="passage", top_k=3, rank_window=5)
+        rest = await client.next_page(first.results[0].next)
+    assert [h.passage_id for h in first.hits + rest.hits] == [h.passage_id for h in whole]
+
+
 def test_errors_carry_the_servers_message(url):
     with Client(url, api_key="wrong") as client, pytest.raises(AuthenticationError) as e:
         client.search(QUESTION)
@@ -484,7 +505,8 @@ def test_search_options_are_the_http_requests_fields():
     from spanseek.client import SearchOptions
     from spanseek.service.schemas import SearchRequest
 
-    assert set(SearchOptions.__annotations__) | {"top_k"} == set(SearchRequest.model_fields) - {"query", "queries"}
+    cursor = {"cursor"}  # (next_page's)
+    assert set(SearchOptions.__annotations__) | {"top_k"} == set(SearchRequest.model_fields) - {"query", "queries"} - cursor
 
 
 def test_the_python_guide_lists_every_search_option():

@@ -1,0 +1,180 @@
+"""Paging cursors (service.cursors): a result's ``next`` answers the next page of its ranking exactly, for every unit
+and mode, with a filter and with collapse_duplicates, across a write and a reload; expired, malformed or misused
+cursors are refused naming why.
+
+    .venv/bin/python -m pytest -q tests/service/test_cursors.py
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from spanseek.core.hits import Hit
+from spanseek.indexer.build import BuildOptions, build_index
+from spanseek.service.app import create_app
+from spanseek.service.cursors import Cursors, Ranking
+from spanseek.service.errors import CursorExpired
+from tests.conftest import make_corpus
+from tests.service.conftest import serving
+
+KEY = {"X-API-Key": "key"}
+QUESTION = "who built the harbour bridge?"
+
+
+def pages_of(client, unit: str, body: dict, headers=KEY) -> tuple[list[list[dict]], list[str | None]]:
+    """Every page of one question's ranking: the first from ``body``, then by its ``next`` until null."""
+    r = client.post(f"/search?unit={unit}", headers=headers, json=body)
+    assert r.status_code == 200, r.text
+    result = r.json()["results"][0]
+    pages, cursors = [result["hits"]], [result["next"]]
+    while cursors[-1] is not None:
+        r = client.post("/search", headers=headers, json={"cursor": cursors[-1]})
+        assert r.status_code == 200, r.text
+        assert r.json()["unit"] == unit and r.json()["results"][0]["query"] == body["query"]
+        pages.append(r.json()["results"][0]["hits"])
+        cursors.append(r.json()["results"][0]["next"])
+    return pages, cursors
+
+
+def spot(hit: dict) -> tuple:
+    """Where a hit is: its document, passage and span."""
+    return hit["doc_id"], hit["passage_id"], hit["start"], hit["end"]
+
+
+def ranking_of(client, unit: str, body: dict, depth: int, headers=KEY) -> list[dict]:
+    """The ranking ``depth`` deep, in one page."""
+    r = client.post(f"/search?unit={unit}", headers=headers, json={**body, "top_k": depth, "offset": 0})
+    assert r.status_code == 200, r.text
+    assert r.json()["results"][0]["next"] is None  # nothing ranked past it
+    return r.json()["results"][0]["hits"]
+
+
+OPTIONS = [{}, {"filter": {"doc_ids": ["d0", "d2", "d3", "d5"]}}, {"collapse_duplicates": True},
+           {"collapse_duplicates": "near", "filter": {"title_prefix": ""}}]
+
+
+@pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
+def test_the_pages_of_a_cursor_are_the_ranking_in_order(client, unit):
+    """For each mode and option, page 1 then its cursors give the ``rank_window``-deep ranking exactly, page by page
+    (what offset paging with that rank_window gives too), ending with a null ``next``; a cursor asked again gives
+    its page again."""
+    depth = 5 if unit == "doc" else 9
+    for mode in ("dense", "lexical", "hybrid"):
+        for options in OPTIONS:
+            body = {"query": QUESTION, "top_k": 2, "rank_window": depth, "mode": mode, **options}
+            pages, cursors = pages_of(client, unit, body, {})
+            want = ranking_of(client, unit, body, depth, {})
+            assert [h for page in pages for h in page] == want, (mode, options)
+            assert all(len(p) == 2 for p in pages[:-1]) and len(want) > 2, (mode, options)
+            by_offset = [client.post(f"/search?unit={unit}", json={**body, "offset": o, "top_k": min(2, depth - o)})
+                         .json()["results"][0]["hits"] for o in range(0, depth, 2)]
+            assert [h for page in by_offset for h in page] == want
+            again = client.post("/search", json={"cursor": cursors[0], "top_k": 3}).json()["results"][0]
+            assert again["hits"] == want[2:5] and again["next"] == (cursors[0].split(".")[0] + ".3"
+                                                                    if len(want) > 5 else None)
+
+
+def test_a_page_without_a_deeper_rank_window_has_no_cursor(client):
+    for body in ({"query": QUESTION, "top_k": 3}, {"query": QUESTION, "top_k": 3, "rank_window": 3},
+                 {"queries": [QUESTION, " "], "top_k": 2, "offset": 2, "rank_window": 4}):
+        r = client.post("/search?unit=passage", json=body)
+        assert r.status_code == 200, r.text
+        results = r.json()["results"]
+        assert results[0]["next"] is None or body.get("rank_window") == 4
+        assert results[-1]["next"] is None  # (a blank question: no hits, nothing to page)
+
+
+def test_each_question_of_a_batch_pages_its_own_ranking(client):
+    questions = [QUESTION, "when was the church built?"]
+    r = client.post("/search?unit=passage", json={"queries": questions, "top_k": 2, "rank_window": 6})
+    for q, result in zip(questions, r.json()["results"], strict=True):
+        alone = ranking_of(client, "passage", {"query": q, "rank_window": 6}, 6, {})
+        rest = client.post("/search", json={"cursor": result["next"], "top_k": 4}).json()["results"][0]
+        # (the same hits; their scores within the last bits, as a batch encoded on torch gives them: docs/service.md)
+        assert [spot(h) for h in result["hits"] + rest["hits"]] == [spot(h) for h in alone]
+        assert rest["query"] == q and rest["next"] is None
+
+
+@pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
+def test_pages_continue_the_first_page_s_ranking_across_writes(write_settings, unit):
+    """A document written that ranks first, and a deleted one from a later page, do not move the cursor's pages:
+    they are the ranking the first page was cut from (a new search sees the writes)."""
+    with serving(create_app(write_settings())) as client:
+        body = {"query": QUESTION, "top_k": 2, "rank_window": 6, "mode": "hybrid"}
+        want = ranking_of(client, unit, body, 6)
+        r = client.post(f"/search?unit={unit}", headers=KEY, json=body)
+        first = r.json()["results"][0]
+        doc = {"id": "new-1", "title": "Harbour", "paragraphs": [f"{QUESTION} In 1450 Gala built the harbour bridge."]}
+        assert client.put("/documents", headers=KEY, json={"documents": [doc]}).status_code == 200
+        assert client.delete(f"/documents/{want[-1]['doc_id']}", headers=KEY).status_code == 200
+        rest = client.post("/search", headers=KEY, json={"cursor": first["next"], "top_k": 4}).json()["results"][0]
+        assert first["hits"] + rest["hits"] == want
+        assert ranking_of(client, unit, body, 6) != want  # the writes are searched
+
+
+@pytest.mark.slow  # (an index built to reload to: 2-3 s)
+def test_pages_continue_the_first_page_s_ranking_across_a_reload(settings_for, tmp_path, tiny_model_dir):
+    other = tmp_path / "corpus.jsonl"
+    other.write_text("".join(json.dumps({**d, "id": "b" + d["id"][1:]}) + "\n" for d in make_corpus(seed=3, n_docs=3, n_paras=2)))
+    build_index(other, tiny_model_dir, tmp_path / "b", BuildOptions(shard_passages=7, progress=False, precision="fp32"))
+    with serving(create_app(settings_for(api_key="key"))) as client:
+        body = {"query": QUESTION, "top_k": 2, "rank_window": 6}
+        want = ranking_of(client, "passage", body, 6)
+        first = client.post("/search?unit=passage", headers=KEY, json=body).json()["results"][0]
+        r = client.post("/admin/reload", headers=KEY, json={"index": str(tmp_path / "b")})
+        assert r.status_code == 200, r.text
+        rest = client.post("/search?unit=passage", headers=KEY, json={"cursor": first["next"], "top_k": 4})
+        assert first["hits"] + rest.json()["results"][0]["hits"] == want
+        assert {h["doc_id"][0] for h in ranking_of(client, "passage", body, 6)} == {"b"}  # the new index is searched
+
+
+def test_a_cursor_is_refused_naming_what_is_wrong(client):
+    first = client.post("/search?unit=doc", json={"query": QUESTION, "top_k": 1, "rank_window": 3}).json()
+    cursor = first["results"][0]["next"]
+    cases = [
+        ({"cursor": cursor, "query": QUESTION}, 422, "give a cursor alone or with top_k: its question and options are "
+                                                    "the first page's (got query)"),
+        ({"cursor": cursor, "mode": "dense", "offset": 1}, 422, "(got mode, offset)"),
+        ({"cursor": "not a cursor"}, 422, "body.cursor: String should match pattern"),
+        ({"cursor": cursor, "top_k": 0}, 400, "top_k must be between 1 and 100, got 0"),
+        ({"cursor": "A" * 22 + ".0"}, 410, "this cursor's ranking is no longer kept"),
+        ({}, 422, "give exactly one of 'query', 'queries' or 'cursor'"),
+    ]
+    for body, status, message in cases:
+        r = client.post("/search", json=body)
+        assert r.status_code == status and message in r.json()["message"], (body, r.text)
+    r = client.post("/search?unit=passage", json={"cursor": cursor})
+    assert r.status_code == 400 and "this cursor pages a unit=doc ranking" in r.json()["message"]
+    assert client.post("/search?unit=doc", json={"cursor": cursor}).status_code == 200
+
+
+def _ranking(n: int, chars: int = 100) -> Ranking:
+    hit = Hit(text="x", score=1.0, passage="p" * chars, passage_id=0, start=0, end=1, doc_id="d", title="t")
+    return Ranking("passage", "q", False, [hit] * n, 2, None)
+
+
+def test_rankings_expire_after_their_last_page_and_within_the_byte_budget():
+    now = [0.0]
+    cursors = Cursors(max_bytes=3 * _ranking(4).nbytes, ttl_s=10, clock=lambda: now[0])
+    a = cursors.keep(_ranking(4))
+    assert a is not None and cursors.keep(_ranking(0)) is None  # nothing to page
+    now[0] = 8
+    _, hits, after = cursors.page(a, None)  # paged: kept 10 s more
+    assert len(hits) == 2 and after == a.replace(".0", ".2")
+    b = cursors.keep(_ranking(4))
+    now[0] = 17
+    assert len(cursors.page(a, 5)[1]) == 4 and cursors.page(a, 5)[2] is None
+    now[0] = 27.5  # b: 10 s after it was kept, a: 10 s after its last page
+    with pytest.raises(CursorExpired):
+        cursors.page(b, None)
+    with pytest.raises(CursorExpired):
+        cursors.page(a, None)
+    kept = [cursors.keep(_ranking(4)) for _ in range(4)]  # over the budget: the least recently paged go first
+    assert len(cursors) == 3 and cursors.nbytes == 3 * _ranking(4).nbytes
+    with pytest.raises(CursorExpired):
+        cursors.page(kept[0], None)
+    huge = cursors.keep(_ranking(4, chars=10**6))  # alone over the budget: kept, the others dropped
+    assert len(cursors) == 1 and cursors.page(huge, None)[1]
+    assert Cursors(0, 10).keep(_ranking(4)) is None and Cursors(10**6, 0).keep(_ranking(4)) is None
