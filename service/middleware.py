@@ -32,7 +32,11 @@ FILES_PATH = "/files/"  # the routes whose body is a file (service.files): max_f
 
 
 def _unit_label(scope: Scope) -> str:
-    """The unit of a /search request for metric labels (bounded cardinality: unknown values -> 'invalid')."""
+    """The unit of a /search request for metric labels (bounded cardinality: unknown values -> 'invalid'): the one
+    the route found (a paging cursor's ranking's, which its request need not name), else the query string's."""
+    found = scope.get("state", {}).get("unit")
+    if found in UNITS:
+        return found
     values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("unit", ["phrase"])
     return values[-1] if values[-1] in UNITS else "invalid"  # the last value: the one FastAPI reads
 

@@ -556,6 +556,7 @@ def next_page(request: Request, cursor: str, top_k: int | None, unit: Unit | Non
     state = get_state(request)
     _check_range("top_k", top_k, 1, state.settings.max_top_k)
     ranking, hits, after = state.cursors.page(cursor, top_k)
+    request.state.unit = ranking.unit  # its latency's label (service.middleware)
     if unit is not None and unit != ranking.unit:
         raise BadRequest(f"unit={unit}, but this cursor pages a unit={ranking.unit} ranking: give unit={ranking.unit} "
                          "or leave unit out")

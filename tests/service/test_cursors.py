@@ -150,6 +150,20 @@ def test_a_cursor_is_refused_naming_what_is_wrong(client):
     assert client.post("/search?unit=doc", json={"cursor": cursor}).status_code == 200
 
 
+def test_a_cursor_page_s_latency_is_counted_under_its_ranking_s_unit(client):
+    """A page asked by its cursor alone (no ?unit=) is a request of its ranking's unit in the latency histogram (it
+    was counted as a phrase search, its near-zero latency lowering the phrase unit's quantiles)."""
+    def count(unit: str) -> float:
+        text = client.get("/metrics").text
+        line = f'spanseek_request_duration_seconds_count{{read="false",status="200",unit="{unit}"}}'
+        return sum(float(row.split()[-1]) for row in text.splitlines() if row.startswith(line))
+
+    first = client.post("/search?unit=doc", json={"query": QUESTION, "top_k": 1, "rank_window": 3}).json()
+    doc, phrase = count("doc"), count("phrase")
+    assert client.post("/search", json={"cursor": first["results"][0]["next"]}).status_code == 200
+    assert (count("doc"), count("phrase")) == (doc + 1, phrase)
+
+
 def _ranking(n: int, chars: int = 100) -> Ranking:
     hit = Hit(text="x", score=1.0, passage="p" * chars, passage_id=0, start=0, end=1, doc_id="d", title="t")
     return Ranking("passage", "q", False, [hit] * n, 2, None)
