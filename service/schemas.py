@@ -371,7 +371,8 @@ class Timings(BaseModel):
     aggregate: float
     read: float = Field(0.0, description="reading the top passages (requests with read)")
     total: float
-    batch_size: int = Field(description="questions in the batch that served this request")
+    batch_size: int = Field(description="questions in the batch that served this request (0: a page of a cursor, "
+                            "answered from its kept ranking, not searched)")
 
 
 class SearchResponse(BaseModel):

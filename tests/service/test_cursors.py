@@ -33,6 +33,7 @@ def pages_of(client, unit: str, body: dict, headers=KEY) -> tuple[list[list[dict
         r = client.post("/search", headers=headers, json={"cursor": cursors[-1]})
         assert r.status_code == 200, r.text
         assert r.json()["unit"] == unit and r.json()["results"][0]["query"] == body["query"]
+        assert r.json()["timings_ms"]["batch_size"] == 0 and r.headers["X-Spanseek-Batch-Size"] == "0"
         pages.append(r.json()["results"][0]["hits"])
         cursors.append(r.json()["results"][0]["next"])
     return pages, cursors
