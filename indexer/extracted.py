@@ -123,6 +123,7 @@ class Sections:
         self._open: tuple[tuple[int, str], ...] = ()
         self._last_level = 0  # the heading level of the last paragraph; 0 when it is no heading
         self._level_ones = 0
+        self.heading_chars = 0  # the characters of the headings' text
 
     def add(self, text: str, level: int = 0) -> None:
         """The next paragraph, a heading of that ``level`` (1 outermost) when it is not 0; empty text is skipped."""
@@ -131,6 +132,7 @@ class Sections:
         if level:
             self._open = (*(h for h in self._open if h[0] < level), (level, text))
             self._level_ones += level == 1
+            self.heading_chars += len(text)
             if self._last_level:
                 self.paths.pop()
                 text = f"{self.texts.pop()}{PARAGRAPH_BREAK}{text}"

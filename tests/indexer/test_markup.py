@@ -389,3 +389,18 @@ def test_a_mathml_formula_reads_as_shown_without_its_annotation():
     assert extract_html(html).paragraphs == [expected]
     assert extract_markdown(html).paragraphs == [expected]
     assert extract_markdown("<p>x <math><mi>y</mi><annotation>y</math> z</p>").paragraphs == ["x y z"]
+
+
+def test_a_page_s_lone_heading_below_its_title_is_kept():
+    """trafilatura takes a page's first heading out of its text as the page's title: a page with no <main> whose one
+    heading is an <h2> (or an <h1> under another <title>'s words) lost that heading. It reads as the page's section;
+    a lone <h1> that is the page's title stays its title."""
+    body = ("<p>First unpack the box carefully and check that every part is present.</p>"
+            "<p>Then attach the base plate with the four screws supplied.</p>")
+    for page in (f"<html><body><h2>Installing the widget</h2>{body}</body></html>",
+                 f"<html><head><title>Widgets</title></head><body><h2>Installing the widget</h2>{body}</body></html>"):
+        ext = extract_html(page)
+        assert ext.paragraphs[0] == "Installing the widget"
+        assert [m["section"] for m in ext.paragraph_meta] == ["Installing the widget"] * 3
+    titled = extract_html(f"<html><body><h1>Installing the widget</h1>{body}</body></html>")
+    assert titled.title == "Installing the widget" and "Installing the widget" not in titled.paragraphs
