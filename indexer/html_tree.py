@@ -2,14 +2,15 @@
 reads the page's main content from it: what trafilatura would read otherwise than a reader sees it, rewritten
 first. Tables: header rows stacked under a group's name (``_stack_header_rows``), spans clamped and split so that
 each cell keeps its column (``_clamp_spans``, ``_split_header_spans``, ``_split_row_spans``), a table nested in a
-cell read in its line (``_nested_tables_inline``); tabs, figures, <pre>, <time> and MathML read as text and code
-(``_tabs_as_text``, ``_figures_as_text``, ``_pre_as_code``, ``_times_as_text``, ``_math_as_text``); a <bdo>'s text as
-shown (``_bdo_as_shown``); an ordered list's items numbered, a check box's state, a <q>'s quotation marks and a ruby
-annotation set in the text as a browser shows them (``indexer.html_shown``). ``ready_for_main_content`` runs them in
+cell read in its line (``_nested_tables_inline``); tabs, figures, <pre>, <time>, MathML and formulas' images read as
+text and code (``_tabs_as_text``, ``_figures_as_text``, ``_pre_as_code``, ``_times_as_text``, ``_math_as_text``,
+``_formula_images_as_text``); a <bdo>'s text as shown (``_bdo_as_shown``); an ordered list's items numbered, a check
+box's state, a <q>'s quotation marks and a ruby annotation set in the text as a browser shows them
+(``indexer.html_shown``). ``ready_for_main_content`` runs them in
 order. Also the element rules both HTML readers share: tables' parts (``CELL``, ``ROW_GROUPS``, ``TABLE``,
-``cell_span``), a <bdo>'s override (``bdo_override``), what a browser hides (``hidden_element``, ``SHOWN_LATER``), the
-links a reader passes over (``unread_link``), text as one line (``one_line``) and a code block's lines
-(``code_lines``).
+``cell_span``), a <bdo>'s override (``bdo_override``), a formula's image (``formula_image``, ``FORMULA``), what a
+browser hides (``hidden_element``, ``SHOWN_LATER``), the links a reader passes over (``unread_link``), text as one line
+(``one_line``) and a code block's lines (``code_lines``).
 
     spanseek corpus from-files page.html --out corpus.jsonl
 """
@@ -358,6 +359,38 @@ def _math_as_text(tree: Any) -> None:
         math.tag = "span"
 
 
+# the classes of a formula's image that stands for its MathML where a browser does not show that (MediaWiki's:
+# Wikipedia's formulas), and the TeX style its alt text wraps the formula in ("{\\displaystyle x^{2}}")
+_FORMULA_IMAGES = {"mwe-math-fallback-image-inline", "mwe-math-fallback-image-display"}
+_TEX_STYLE = re.compile(r"\{\\(?:display|text|script|scriptscript)style\s*(.*)\}", re.S)
+FORMULA = "mwe-math-element"  # the class of the element that holds a formula's MathML and its image
+
+
+def formula_image(attrs: Mapping[str, str | None]) -> str | None:
+    """The text of a formula's image (``_FORMULA_IMAGES``): its alt text, the formula's TeX, out of the style it is
+    wrapped in ("x^{2}+y^{2}=z^{2}"); None for any other image. Wikipedia's MathML is hidden (``display: none``) and
+    its image shown, so the alt text is the formula's only text a reader sees."""
+    if _FORMULA_IMAGES.isdisjoint((attrs.get("class") or "").split()):
+        return None
+    alt = " ".join((attrs.get("alt") or "").split())
+    return (styled.group(1) if (styled := _TEX_STYLE.fullmatch(alt)) else alt).strip()
+
+
+def _formula_images_as_text(tree: Any) -> None:
+    """Each formula's image (``formula_image``) made a <span> of its alt text where its formula (``FORMULA``) shows
+    no MathML: trafilatura removes images, so a Wikipedia formula whose MathML a browser hides was lost ("The
+    identity holds"); where the MathML is read (``_math_as_text``), the image is left out, as a browser shows one."""
+    for image in list(tree.iter("img")):
+        text = formula_image(image.attrib)
+        if text is None:
+            continue
+        formula = next((up for up in image.iterancestors() if FORMULA in (up.get("class") or "").split()), None)
+        if formula is not None and formula.find(".//math") is not None:
+            continue
+        image.tag, image.text = "span", text
+        image.attrib.clear()
+
+
 def _pre_as_code(tree: Any) -> None:
     """Wraps the content of each <pre> without a <code> in one: trafilatura reads a <pre> as code (its lines and
     indentation kept) only when its text looks like code to it ("{", "(\"", an indented line), and any other as a
@@ -435,6 +468,7 @@ def ready_for_main_content(tree: Any) -> None:
     _split_row_spans(tree)
     _pre_as_code(tree)
     _times_as_text(tree)
+    _formula_images_as_text(tree)
     _math_as_text(tree)
     _figures_as_text(tree)
     _tabs_as_text(tree)

@@ -34,11 +34,13 @@ from spanseek.indexer.html_tables import Table
 from spanseek.indexer.html_tree import (
     BLOCK,
     CELL,
+    FORMULA,
     SHOWN_LATER,
     TABLE,
     bdo_override,
     cell_span,
     code_lines,
+    formula_image,
     hidden_element,
     one_line,
     unread_link,
@@ -154,6 +156,10 @@ class _HTMLText(HTMLParser):
         self._marker = ""  # an ordered list's item's marker ("2. "), read before the item's first text
         self._markers: list[str] = []  # the markers of reversed lists' items (``_PENDING``), known at their lists' ends
         self.hidden_text = 0  # the characters (but spaces) of text not read because a browser hides it
+        # the MathML formulas read, and how many had been where the formula (``FORMULA``) being read began: its image
+        # (``formula_image``) reads where its MathML did not
+        self._maths = 0
+        self._formula: int | None = None
 
     def _flush(self, level: int = 0) -> None:
         raw = "".join(self._buf)
@@ -281,6 +287,15 @@ class _HTMLText(HTMLParser):
         elif tag == "input" and (box := check_box(named)) and not self._skip and (
                 self.read_hidden or not hidden_element(named)):  # (a void element: ``_hide`` passes it)
             self.handle_data(box)
+        elif tag == "img" and (formula := formula_image(named)) is not None and not self._skip and (
+                self.read_hidden or not hidden_element(named)):
+            if self._formula is None or self._formula == self._maths:  # its formula's MathML not read
+                self.handle_data(formula)
+            self._formula = None
+        elif tag == "math" and not self._skip:
+            self._maths += 1
+        elif FORMULA in (named.get("class") or "").split():
+            self._formula = self._maths
         elif tag == "li" and self._lists and (ordered := self._lists[-1]) is not None:
             ordered.number = item_number(named, ordered.attrs, ordered.number)
             ordered.items += 1

@@ -404,3 +404,20 @@ def test_a_page_s_lone_heading_below_its_title_is_kept():
         assert [m["section"] for m in ext.paragraph_meta] == ["Installing the widget"] * 3
     titled = extract_html(f"<html><body><h1>Installing the widget</h1>{body}</body></html>")
     assert titled.title == "Installing the widget" and "Installing the widget" not in titled.paragraphs
+
+
+def test_a_wikipedia_formula_shown_as_an_image_reads_as_its_alt_text():
+    """Wikipedia hides a formula's MathML (``display: none``) and shows its image, whose alt text (its TeX) is the
+    only text a reader sees: the formula was lost ("The identity holds"). It reads as that TeX, out of its
+    ``\\displaystyle`` wrapper; where the MathML shows, it reads as shown and the image is not read again. In a page's
+    main content, a page read whole and Markdown."""
+    html = ('<p>The identity <span class="mwe-math-element"><span class="mwe-math-mathml-inline" style="display: none;">'
+            '<math><semantics><mrow><msup><mi>x</mi><mn>2</mn></msup></mrow><annotation encoding="application/x-tex">'
+            '{\\displaystyle x^2}</annotation></semantics></math></span><img src="f.svg" alt="{\\displaystyle x^{2}}" '
+            'class="mwe-math-fallback-image-inline mw-invert"></span> holds.</p>')
+    for page, expected in ((html, "The identity x^{2} holds."),
+                           (html.replace(' style="display: none;"', ""), "The identity x2 holds.")):
+        assert extract_html(ARTICLE.format(page)).paragraphs[-1] == expected
+        assert extract_html(page).paragraphs == [expected]
+        assert extract_markdown(page).paragraphs == [expected]
+    assert extract_html('<p>A <img src="logo.png" alt="company logo"> page.</p>').paragraphs == ["A page."]
