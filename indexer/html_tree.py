@@ -29,11 +29,14 @@ from spanseek.indexer.pdf_blocks import LTR_OVERRIDE, POP_OVERRIDE, RTL_OVERRIDE
 BLOCK = {
     "p", "div", "section", "article", "main", "header", "footer", "nav", "aside", "li", "ul", "ol", "dl", "dt",
     "dd", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "blockquote", "table", "thead", "tbody", "tr", "caption",
-    "br", "hr", "figure", "figcaption", "form", "address", "details", "summary", "body", "html",
+    "br", "hr", "figure", "figcaption", "form", "fieldset", "legend", "address", "details", "summary", "body", "html",
 }
 CELL = {"td", "th"}  # a table cell: its text is one of its row's cells
 ROW_GROUPS = {"thead", "tbody", "tfoot"}  # a table's parts that hold rows
 TABLE = {"table", "thead", "tbody", "tfoot", "tr"}  # a table's structure: rows end where these start and end
+# a form's fields: each a box of its own that the text beside it does not run into ("Card [Visa]" read "CardVisa"), a
+# list's options each on a line of their own in it ("Visa Mastercard")
+FIELDS = {"input", "select", "option", "optgroup", "textarea", "output"}
 
 
 def one_line(text: str) -> str:
@@ -324,6 +327,22 @@ def _tabs_as_text(tree: Any) -> None:
                 block.insert(0, child)
 
 
+def _controls_as_text(tree: Any) -> None:
+    """The text of the controls a page sets in its content (not in a <form>, which trafilatura drops whole as
+    boilerplate: a site's search box, a sign-up or comment form) read as a reader sees it: a <fieldset>'s <legend> a
+    paragraph, a label's, a button's and a list's options' text (``FIELDS``), apart from the text around them.
+    trafilatura drops controls, gluing the words beside them ("Pick <select>...</select> now" read "Picknow")."""
+    for el in list(tree.iter("fieldset", "legend", "label", "button", *FIELDS)):
+        if el.tag in ("fieldset", "legend"):
+            el.tag = "div" if el.tag == "fieldset" else "p"
+            continue
+        el.tail = " " + (el.tail or "")
+        if el.tag == "input":
+            el.drop_tree()  # (its tail stays)
+        else:
+            el.tag, el.text = "span", " " + (el.text or "")
+
+
 def _figures_as_text(tree: Any) -> None:
     """Each <figure> made a <div> and its <figcaption> a <p>: trafilatura removes a figure whole (as media) unless it
     holds a table, so a caption ("Figure 1: ..."), a code listing or a quotation set in a figure was lost."""
@@ -473,5 +492,6 @@ def ready_for_main_content(tree: Any) -> None:
     _figures_as_text(tree)
     _tabs_as_text(tree)
     check_boxes_as_text(tree)
+    _controls_as_text(tree)
     quotes_and_ruby_as_text(tree)
     list_numbers(tree)

@@ -34,6 +34,7 @@ from spanseek.indexer.html_tables import Table
 from spanseek.indexer.html_tree import (
     BLOCK,
     CELL,
+    FIELDS,
     FORMULA,
     SHOWN_LATER,
     TABLE,
@@ -235,6 +236,8 @@ class _HTMLText(HTMLParser):
                 self._flush()
             return
         named = dict(attrs)
+        if tag in FIELDS:
+            self._text().append(" ")
         if _apart(tag, named):
             self._apart[tag] = self._apart.get(tag, 0) + 1
             text = self._text()
@@ -347,6 +350,8 @@ class _HTMLText(HTMLParser):
             # it; an inline one ("<b><span hidden>a</b>") with any element around it
             self._hidden = []
         self._sup -= tag == "sup" and self._sup > 0
+        if tag in FIELDS:
+            self._text().append(" ")
         if tag in ("rt", "rp", "ruby"):
             self._end_guide()
         elif tag == "q" and self._quotes and not self._skip:

@@ -17,6 +17,13 @@ ARTICLE = ("<html><head><title>Notes</title></head><body><nav><a href='/'>Home</
            "<footer>(c) 2026</footer></body></html>")
 
 
+def _read_alike(html: str, expected: list[str]) -> None:
+    """``html`` reads as ``expected`` in a page's main content (its last paragraphs), a page read whole and Markdown."""
+    assert extract_html(ARTICLE.format(html)).paragraphs[-len(expected):] == expected
+    assert extract_html(html).paragraphs == expected
+    assert extract_markdown(html).paragraphs == expected
+
+
 def test_bdo_right_to_left_text_reads_as_shown():
     """<bdo dir="rtl"> lays its characters out in reverse: Latin written backwards is shown forwards, a right-to-left
     script's words read as written; in a page's main content, in Markdown and in a page read whole."""
@@ -329,9 +336,7 @@ def test_a_rendered_task_list_reads_its_boxes_as_markdown_s_does():
              '<li class="task-list-item"><input type="checkbox" checked disabled>write code</li></ul>'
              '<p>Done<input type="checkbox" hidden> <input type="text" value="x"></p>')
     expected = ["\u2610 buy milk", "\u2612 write code", "Done"]
-    assert extract_html(ARTICLE.format(items)).paragraphs[-3:] == expected
-    assert extract_html(items).paragraphs == expected
-    assert extract_markdown(items).paragraphs == expected
+    _read_alike(items, expected)
     assert extract_markdown("- [ ] buy milk\n- [x] write code\n\nDone\n").paragraphs == expected
 
 
@@ -415,9 +420,21 @@ def test_a_wikipedia_formula_shown_as_an_image_reads_as_its_alt_text():
             '<math><semantics><mrow><msup><mi>x</mi><mn>2</mn></msup></mrow><annotation encoding="application/x-tex">'
             '{\\displaystyle x^2}</annotation></semantics></math></span><img src="f.svg" alt="{\\displaystyle x^{2}}" '
             'class="mwe-math-fallback-image-inline mw-invert"></span> holds.</p>')
-    for page, expected in ((html, "The identity x^{2} holds."),
-                           (html.replace(' style="display: none;"', ""), "The identity x2 holds.")):
-        assert extract_html(ARTICLE.format(page)).paragraphs[-1] == expected
-        assert extract_html(page).paragraphs == [expected]
-        assert extract_markdown(page).paragraphs == [expected]
+    _read_alike(html, ["The identity x^{2} holds."])
+    _read_alike(html.replace(' style="display: none;"', ""), ["The identity x2 holds."])
     assert extract_html('<p>A <img src="logo.png" alt="company logo"> page.</p>').paragraphs == ["A page."]
+
+
+def test_a_form_s_controls_read_as_shown_apart_from_the_text_beside_them():
+    """Controls set in a page's content read as a reader sees them: a fieldset's legend a paragraph, labels, buttons,
+    a list's options and a text area's text each apart from the words beside them. trafilatura dropped them,
+    gluing their neighbours ("Picknow"), and the other readers ran them together ("CardVisaMastercard"). A <form>
+    in a page's main content is boilerplate (a search box, a comment form), as trafilatura reads it; a page that is
+    only a form is read whole."""
+    html = ("<fieldset><legend>Shipping</legend><label>Street</label><input><label>City</label><input></fieldset>"
+            "<p>Pick<select><optgroup label='Cards'><option>Visa<option>Mastercard</optgroup></select>or "
+            "<textarea>Notes here</textarea><button>Order</button><button>Cancel</button></p>")
+    _read_alike(html, ["Shipping", "Street City", "Pick Visa Mastercard or Notes here Order Cancel"])
+    comment = "<form><p><label>Your name</label><input><button>Post comment</button></p></form>"
+    assert not any("comment" in text for text in extract_html(ARTICLE.format(comment)).paragraphs)
+    assert extract_html(comment).paragraphs == ["Your name Post comment"]
