@@ -4,7 +4,8 @@
 
 Each slide is read in turn: its title first, then its other shapes top to bottom and left to right (a group's shapes
 in place of the group, and those of alternative content, mc:AlternateContent, in its place; hidden shapes, the
-slide number and date, and a footer that other slides repeat left out), each paragraph of a text frame one paragraph (after the number it shows where it is numbered; its line breaks as spaces,
+slide number and date, and a footer that other slides repeat left out), each paragraph of a text frame one paragraph (after the number it shows where it is numbered, by the slide or by its
+layout or master; its line breaks as spaces,
 its fields' and equations' text, as a title's and a table cell's), a table's rows as Markdown's and Word's are ("Header: cell; Header: cell",
 ``extracted.row_text``; a cell merged over rows in each of them), then the text of its SmartArt diagrams and charts
 (each box of a diagram, a chart's title with its category labels, its axis titles and the series' names it shows
@@ -141,7 +142,39 @@ def _table_rows(table: Any) -> list[str]:
 
 def _paragraph_texts(shape: Any) -> list[str]:
     """A shape's text frame's paragraphs, each on one line (``_inline_text``); empty ones left out."""
-    return _frame_texts(shape.element.find(f"{_P}txBody"))
+    return _frame_texts(shape.element.find(f"{_P}txBody"), _inherited_styles(shape))
+
+
+# the master's text style (p:txStyles) a placeholder of each type takes what its own levels do not set from (the
+# others' is p:otherStyle); a notes master's is p:notesStyle
+_MASTER_STYLES = {"title": "titleStyle", "ctrTitle": "titleStyle", "body": "bodyStyle", "obj": "bodyStyle",
+                  "subTitle": "bodyStyle"}
+
+
+def _inherited_styles(shape: Any) -> list[Any]:
+    """The list styles (a:lstStyle, each level's paragraph properties) a placeholder's paragraphs take what they do not
+    set from, nearest first: its layout's placeholder's, its master's, then the master's text style for its type
+    (``_MASTER_STYLES``); none for a shape that is no placeholder."""
+    styles: list[Any] = []
+    if not shape.is_placeholder:
+        return styles
+    ph = shape.element.find(f"./*/{_P}nvPr/{_P}ph")
+    kind = ph.get("type", "obj") if ph is not None else "obj"
+    base, root = shape, None
+    while True:
+        try:
+            base = base._base_placeholder
+        except (AttributeError, KeyError, NotImplementedError):  # a master's placeholder, or a type it has none of
+            base = None
+        if base is None:
+            break
+        styles.append(base.element.find(f"{_P}txBody/{_A}lstStyle"))
+        root = base.element.getroottree().getroot()
+    if root is not None:
+        masters = root.find(f"{_P}txStyles")
+        styles.append(root.find(f"{_P}notesStyle") if masters is None else masters.find(
+            f"{_P}{_MASTER_STYLES.get(kind, 'otherStyle')}"))
+    return [style for style in styles if style is not None]
 
 
 def _cell_text(cell: Any) -> str:
@@ -150,14 +183,16 @@ def _cell_text(cell: Any) -> str:
     return " ".join(_frame_texts(cell._tc.find(f"{_A}txBody")))
 
 
-def _frame_texts(body: Any) -> list[str]:
+def _frame_texts(body: Any, inherited: list[Any] | None = None) -> list[str]:
     """A text body's paragraphs (a:p), each on one line (``_inline_text``), after its number where it is numbered
-    (``_number``); empty ones left out."""
+    (``_number``; by its own properties, else its body's list style, else the ``inherited`` ones: a placeholder's
+    layout's and master's, ``_inherited_styles``); empty ones left out."""
     texts: list[str] = []
     numbers: dict[int, tuple[str, int]] = {}  # each level's numbering going on: its scheme and its last number
+    styles = [style for style in (body.find(f"{_A}lstStyle") if body is not None else None,) if style is not None]
     for p in body.iterchildren(f"{_A}p") if body is not None else ():
         if text := _line(_inline_text(p)):
-            number = _number(p.find(f"{_A}pPr"), numbers)
+            number = _number(p.find(f"{_A}pPr"), numbers, styles + (inherited or []))
             texts.append(f"{number} {text}" if number else text)
     return texts
 
@@ -168,8 +203,14 @@ _SCHEME = re.compile(r"(alpha|arabic|roman)(Lc|Uc)?(ParenBoth|ParenR|Period|Plai
 _AROUND = {"ParenBoth": "({})", "ParenR": "{})", "Period": "{}.", "Plain": "{}"}
 
 
-def _number(props: Any, numbers: dict[int, tuple[str, int]]) -> str:
-    """The number PowerPoint shows before a paragraph of these properties (a:pPr, or None) where they number it
+# a paragraph's bullet: none, a number, a character or a picture; the nearest of its properties, its list styles',
+# that sets one gives it
+_BULLETS = {f"{_A}buNone", f"{_A}buAutoNum", f"{_A}buChar", f"{_A}buBlip"}
+
+
+def _number(props: Any, numbers: dict[int, tuple[str, int]], styles: list[Any]) -> str:
+    """The number PowerPoint shows before a paragraph of these properties (a:pPr, or None) where they, or else the
+    nearest of the list ``styles`` (a:lstStyle and the master's text styles) that sets its level's bullet, number it
     (a:buAutoNum: "1.", "b)", "(iii)"), else "": it counts on from the paragraph numbered before it at its level in
     the same scheme, else from its ``startAt`` (1); a paragraph at a level above ends the numbering below it, and
     one not numbered ends its own level's. ``numbers`` (level: scheme, last number) is kept up to date."""
@@ -177,7 +218,9 @@ def _number(props: Any, numbers: dict[int, tuple[str, int]]) -> str:
     level = int(lvl) if lvl.isdecimal() and len(lvl) < 3 else 0
     for deeper in [k for k in numbers if k > level]:
         del numbers[deeper]
-    auto = props.find(f"{_A}buAutoNum") if props is not None else None
+    levels = (props, *(style.find(f"{_A}lvl{level + 1}pPr") for style in styles))
+    bullet = next((child for pPr in levels if pPr is not None for child in pPr if child.tag in _BULLETS), None)
+    auto = bullet if bullet is not None and bullet.tag == f"{_A}buAutoNum" else None
     if auto is None:
         numbers.pop(level, None)
         return ""

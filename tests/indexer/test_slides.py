@@ -564,3 +564,40 @@ def test_a_footer_of_one_slide_s_own_is_read(tmp_path):
     assert extract_pptx(tmp_path / "sources.pptx").paragraphs == [
         "Berths 1", "Berth 1 takes ships up to 120 m.", "Berths 2", "Berth 2 takes ships up to 120 m.",
         "Source: harbour survey, 2023", "Berths 3", "Berth 3 takes ships up to 120 m."]
+
+
+def test_paragraphs_numbered_by_their_layout_or_master_read_their_numbers(tmp_path):
+    """A placeholder's paragraphs numbered by its slide layout's list style or its master's text style (a theme's
+    numbered list: nothing on the slide says so) were read without their numbers: each reads the number shown, as
+    one numbered on the slide does; a bullet set nearer (the paragraph's own, or a level the layout gives a bullet)
+    is no number. A text box's own list style numbers its paragraphs too."""
+    from pptx.oxml.ns import qn
+
+    def numbered(props, scheme: str) -> None:
+        props.append(props.makeelement(qn("a:buAutoNum"), {"type": scheme}))
+
+    deck = pptx.Presentation()
+    master = deck.slide_masters[0].element.find(qn("p:txStyles")).find(qn("p:bodyStyle"))
+    level = master.find(qn("a:lvl1pPr"))
+    level.remove(level.find(qn("a:buChar")))
+    numbered(level, "alphaLcParenR")  # the master numbers its first level
+    layout = deck.slide_layouts[1].placeholders[1].element.find(qn("p:txBody")).find(qn("a:lstStyle"))
+    layout.append(layout.makeelement(qn("a:lvl2pPr"), {}))
+    numbered(layout[-1], "arabicPeriod")  # the layout numbers its second
+    slide = deck.slides.add_slide(deck.slide_layouts[1])
+    slide.shapes.title.text = "Steps"
+    frame = slide.placeholders[1].text_frame
+    for k, (text, lvl) in enumerate([("Open the valve", 0), ("Low", 1), ("High", 1), ("Close the tap", 0),
+                                     ("Note", 0)]):
+        p = frame.paragraphs[0] if k == 0 else frame.add_paragraph()
+        p.text, p.level = text, lvl
+    pPr = frame.paragraphs[-1]._p.get_or_add_pPr()
+    pPr.append(pPr.makeelement(qn("a:buNone"), {}))
+    box = slide.shapes.add_textbox(Inches(1), Inches(6), Inches(4), Inches(1)).text_frame
+    box.text = "Boxed"
+    style = box._txBody.find(qn("a:lstStyle"))
+    style.append(style.makeelement(qn("a:lvl1pPr"), {}))
+    numbered(style[-1], "romanUcPeriod")
+    deck.save(str(tmp_path / "themed.pptx"))
+    assert extract_pptx(tmp_path / "themed.pptx").paragraphs == [
+        "Steps", "a) Open the valve", "1. Low", "2. High", "b) Close the tap", "Note", "I. Boxed"]
