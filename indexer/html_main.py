@@ -160,7 +160,7 @@ def main_content(source: str, where: str, hidden: bool = False) -> tuple[Section
                                                 include_tables=True, with_metadata=True, config=_trafilatura_config(),
                                                 date_extraction_params={"extensive_search": False,
                                                                         "original_date": True})
-    except RecursionError:  # lists nested thousands deep: the page is read whole (``_HTMLText`` does not recurse)
+    except RecursionError:  # lists nested thousands deep: the page is read whole (``HTMLText`` does not recurse)
         return None, {}
     byline = _byline(found)
     body = getattr(found, "body", None)

@@ -1,5 +1,5 @@
 """An HTML table's rows -> paragraphs, for ``indexer.markup`` and ``indexer.html_main``: a row is one paragraph whose
-cells are named by the header row (``TableRows``), and ``Table`` keeps the row and cell that ``markup._HTMLText`` has
+cells are named by the header row (``TableRows``), and ``Table`` keeps the row and cell that ``html_reader.HTMLText`` has
 open, with the cells that rows above span into it.
 
     spanseek corpus from-files page.html --out corpus.jsonl
@@ -58,7 +58,7 @@ class TableRows:
 
 @dataclass
 class Table:
-    """A table being read by ``_HTMLText``: its open row and cell."""
+    """A table being read by ``html_reader.HTMLText``: its open row and cell."""
 
     rows: TableRows = field(default_factory=TableRows)
     row: list[tuple[str, bool, str]] | None = None  # (text, is a header cell, its column's name) of the row's cells

@@ -173,13 +173,14 @@ def _read_both(src: str):
     """``src``'s paragraphs and section paths read from markdown-it's tokens (``markup._read_parts``: None where it
     declines) and from the HTML they render to."""
     from spanseek.indexer import markup
+    from spanseek.indexer.html_reader import HTMLText
     from spanseek.indexer.markdown_render import markdown_parts, render_markdown
 
     md = markdown_parser("test.md")
-    tokens = markup._HTMLText()
+    tokens = HTMLText()
     read = markup._read_parts(tokens, markdown_parts(md, src))
     tokens.close()
-    html = markup._HTMLText()
+    html = HTMLText()
     html.feed(render_markdown(md, src))
     html.close()
     return ((tokens.text.texts, tokens.text.paths, tokens.first_heading) if read else None,
