@@ -147,14 +147,14 @@ def _whole_lines(boxes: list[Any], laparams: Any) -> list[Any]:
     return out
 
 
-def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any], list[str]]:
-    """Each page's paragraphs in reading order, the document's info dictionary and the values of its form of XFA
-    alone (``pdf_forms.xfa_values``); no paragraphs where that form draws the pages (``pdf_forms.drawn_by_xfa``)."""
+def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any], list[str], str | None]:
+    """Each page's paragraphs in reading order, the document's info dictionary, the values of its form of XFA
+    alone (``pdf_forms.xfa_values``; no paragraphs where that form draws the pages, ``pdf_forms.drawn_by_xfa``) and
+    how the file is damaged (``pdf_file.damage``: its pages that can be read are read), if it is."""
     try:
         from pdfminer.converter import PDFPageAggregator
         from pdfminer.layout import LAParams, LTCurve, LTFigure, LTImage, LTLine, LTRect
         from pdfminer.pdfinterp import PDFPageInterpreter, PDFResourceManager
-        from pdfminer.pdfpage import PDFPage
         from pdfminer.pdfparser import PDFParser
         from pdfminer.pdftypes import resolve1
     except ImportError:
@@ -172,7 +172,7 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any], list[str]]:
         device = pdf_file.aggregator(PDFPageAggregator)(resources, laparams=laparams)
         interpreter = PDFPageInterpreter(resources, device)
         header: Block | None = None  # the header row of a table that ends the page before
-        for page in PDFPage.create_pages(document):
+        for page in pdf_file.pdf_pages(document):
             interpreter.process_page(page)
             if (turn := pdf_file.upright_turn(device, page.rotate)) is not None:  # most of its text turned: read
                 page.rotate = turn  # it turned upright (a landscape page; a page rotated in a viewer), once
@@ -199,7 +199,8 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any], list[str]]:
         form = pdf_forms.xfa_values(document, path)
         if form and pdf_forms.drawn_by_xfa(document):  # its pages only ask for a viewer that runs XFA
             pages = [_Page([], page.bottom, page.top, False, False, []) for page in pages]
-    return pages, info, form
+        damaged = pdf_file.damage(document, len(pages))
+    return pages, info, form, damaged
 
 
 def _named_rows(blocks: list[Block], continued: Block | None, bottom: float, top: float
@@ -298,13 +299,15 @@ def extract_pdf(path: Path) -> Extracted:
     page. Unreadable for a damaged file or one without text to read; a warning names the pages without it (images
     only, or fonts without a Unicode map)."""
     try:
-        pages, info, form = _pdf_pages(path)
+        pages, info, form, damaged = _pdf_pages(path)
     except (IngestError, Unreadable):
         raise
     except Exception as e:  # pdfminer raises many types on damaged files; the reason is reported, not hidden
         raise Unreadable(pdf_file.pdf_problem(e)) from None
     undecoded = _body_text(pages)
     if not form and not any(page.blocks or page.turned for page in pages):
+        if damaged:
+            raise Unreadable(f"{damaged}; no text could be read from what is left of it")
         if undecoded:
             raise Unreadable(f"its text cannot be read: {_page_list(undecoded)} of {len(pages)} use fonts without a "
                              "Unicode map (pdfminer reads only glyph numbers); run OCR on it first, for example "
@@ -316,6 +319,8 @@ def extract_pdf(path: Path) -> Extracted:
                              "and no images), so there is nothing to read")
         raise Unreadable(f"no text layer in its {counted} (a scanned or image-only PDF); run OCR on it first, for "
                          "example with ocrmypdf, and ingest the result")
+    if damaged:
+        log.warning("%s: %s; the rest of it is read", path, damaged)
     if undecoded:
         log.warning("%s: the text of %s of %d is in fonts without a Unicode map (pdfminer reads only glyph numbers) "
                     "and is not in the corpus. Run OCR on the file first, for example `ocrmypdf --force-ocr`, to "

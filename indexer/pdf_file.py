@@ -1,6 +1,7 @@
 """A PDF file as pdfminer.six reads it, for ``indexer.documents`` (``extract_pdf``), which lays its pages out: the
 document hardened against hostile files (``pdf_document``: objects that are references to themselves, cross-reference
-sections that loop, decompression bombs), the page aggregator that reads a glyph its font's Unicode map leaves out
+sections that loop, decompression bombs; a file cut short or damaged read from the objects it holds whole, its pages
+that can be read read, ``pdf_pages``, and its damage named, ``damage``), the page aggregator that reads a glyph its font's Unicode map leaves out
 (``self_coded``, ``glyph_character``), sets a subscript or superscript on its line and sets apart the glyphs turned a
 quarter or more from upright (``aggregator``, ``upright_turn``, ``turned_text``), and why a file could not be read
 (``pdf_problem``).
@@ -14,6 +15,7 @@ import functools
 import math
 import unicodedata
 import zlib
+from collections.abc import Iterator
 from typing import Any
 
 from spanseek.indexer import pdf_forms
@@ -26,8 +28,8 @@ from spanseek.indexer.extracted import (
 )
 from spanseek.indexer.pdf_blocks import script_shift
 
-__all__ = ["SELF_CODED_GLYPHS", "aggregator", "glyph_character", "pdf_document", "pdf_problem", "self_coded",
-           "turned_text", "upright_turn"]
+__all__ = ["SELF_CODED_GLYPHS", "aggregator", "damage", "glyph_character", "pdf_document", "pdf_pages",
+           "pdf_problem", "self_coded", "turned_text", "upright_turn"]
 
 # a font whose map to Unicode gives at least this many glyphs their own numbers as code points numbers its glyphs so
 # (``self_coded``): fewer are no evidence
@@ -243,14 +245,44 @@ def pdf_document() -> type:
     the sections up to the loop are the document's, and ``xref_loop`` says where it is. A stream is measured before
     pdfminer expands it (``zlib.decompress``, in memory at once): ``Unreadable`` when it is a decompression bomb
     (``decompression_bomb``: it expands past ``MAX_INFLATE_RATIO`` times), expands past ``MAX_INFLATED_STREAM``, or
-    the document's streams past ``MAX_INFLATED``."""
+    the document's streams past ``MAX_INFLATED``. A file whose cross-reference table cannot be read (cut short,
+    damaged) is read from the objects it holds whole (``_recovered_xref``; its catalog found among them where no
+    trailer names it), as a viewer reads it, and ``damaged`` says why."""
     from pdfminer.pdfdocument import PDFDocument
     from pdfminer.pdfparser import PDFSyntaxError
-    from pdfminer.pdftypes import LITERALS_FLATE_DECODE, PDFObjRef, PDFStream
+    from pdfminer.pdftypes import LITERALS_FLATE_DECODE, PDFObjRef, PDFStream, dict_value
+    from pdfminer.psexceptions import PSEOF
 
     class Document(PDFDocument):
         inflated = 0  # what the streams expanded so far expand to
         xref_loop: str | None = None  # how the cross-reference sections loop, where they do
+        damaged: str | None = None  # how the file is damaged, where it is read from the objects it holds whole
+
+        def __init__(self, parser: Any) -> None:
+            try:
+                super().__init__(parser)
+            except (PSEOF, PDFSyntaxError) as e:
+                if self.catalog or (xref := _recovered_xref(parser)) is None:
+                    raise
+                self.xrefs = [xref]
+                if "Root" not in xref.trailer:  # no trailer names the catalog (the root of the page tree): found
+                    catalogs = (objid for objid in xref.get_objids() if self._catalog(objid))
+                    if (root := next(catalogs, None)) is None:
+                        raise
+                    xref.trailer = {"Root": PDFObjRef(self, root)}
+                self.damaged = error_text(e)
+                self.catalog = dict_value(xref.trailer["Root"])
+                self.info = [dict_value(xref.trailer["Info"])] if "Info" in xref.trailer else []
+
+        def _catalog(self, objid: int) -> bool:
+            """Whether object ``objid`` is a catalog; False where it cannot be read."""
+            from pdfminer.pdfdocument import LITERAL_CATALOG
+
+            try:
+                found = self.getobj(objid)
+            except Exception:  # (pdfminer raises many types on a damaged object: it is passed over)
+                return False
+            return isinstance(found, dict) and found.get("Type") is LITERAL_CATALOG
 
         def read_xref_from(self, parser: Any, start: int, xrefs: list[Any]) -> None:
             pending: list[int] | None = vars(self).get("xref_pending")
@@ -307,6 +339,93 @@ def pdf_document() -> type:
             decode()
 
     return Document
+
+
+def _recovered_xref(parser: Any) -> Any:
+    """The objects of a PDF whose cross-reference table cannot be read (a file cut short, whose table and trailer
+    were at its end, or a damaged table) found as a viewer finds them, by reading the file through: pdfminer's own
+    scan, which stopped at an object the file ends inside, with those before it. None where an object in between
+    cannot be parsed, or where the file is encrypted (its key is in the trailer): then it is no PDF to recover."""
+    from pdfminer.pdfdocument import PDFXRefFallback
+    from pdfminer.psexceptions import PSEOF, PSException
+
+    xref = PDFXRefFallback()
+    parser.fallback = True
+    try:
+        xref.load(parser)
+    except PSEOF:  # the file ends inside an object: those before it are read
+        pass
+    except (PSException, ValueError, TypeError, KeyError):  # (pdfminer's scan parses each object it finds)
+        return None
+    return None if "Encrypt" in xref.trailer else xref
+
+
+def pdf_pages(document: Any) -> Iterator[Any]:
+    """The pages of a PDF's page tree in order, as pdfminer's ``PDFPage.create_pages`` gives them (their inherited
+    attributes, their labels; every page object in the file where the catalog has no tree), but where a page or a
+    branch of the tree cannot be read (an object missing or damaged) it is passed over: pdfminer's error ended the
+    reading of the whole file ("PDFObjectNotFound: 97")."""
+    import itertools
+
+    from pdfminer.pdfdocument import PDFNoPageLabels
+    from pdfminer.pdfpage import LITERAL_PAGE, LITERAL_PAGES, PDFPage
+    from pdfminer.pdftypes import dict_value, list_value
+
+    try:
+        labels: Iterator[str | None] = document.get_page_labels()
+    except PDFNoPageLabels:
+        labels = itertools.repeat(None)
+    found, visited = False, set()
+    todo = [(document.catalog["Pages"], document.catalog)] if "Pages" in document.catalog else []
+    while todo:  # (a stack, not pdfminer's recursion: the tree's kids last to first)
+        node, parent = todo.pop()
+        try:
+            objid = node if isinstance(node, int) else node.objid
+            attrs = dict_value(document.getobj(objid) if isinstance(node, int) else node).copy()
+        except Exception as e:  # (pdfminer raises many types on a damaged object)
+            if isinstance(e, MemoryError):
+                raise
+            continue
+        if objid in visited:
+            continue
+        visited.add(objid)
+        attrs.update({k: v for k, v in parent.items() if k in PDFPage.INHERITABLE_ATTRS and k not in attrs})
+        kind = attrs.get("Type", attrs.get("type"))
+        if kind is LITERAL_PAGES and "Kids" in attrs:
+            todo += [(kid, attrs) for kid in reversed(list_value(attrs["Kids"]))]
+        elif kind is LITERAL_PAGE:
+            found = True
+            yield PDFPage(document, objid, attrs, next(labels))
+    for objid in [] if found else [objid for xref in document.xrefs for objid in xref.get_objids()]:
+        try:  # no page tree: the page objects the file holds
+            page = document.getobj(objid)
+        except Exception as e:
+            if isinstance(e, MemoryError):
+                raise
+            continue
+        if isinstance(page, dict) and page.get("Type") is LITERAL_PAGE:
+            yield PDFPage(document, objid, page, next(labels))
+
+
+def damage(document: Any, read: int) -> str | None:
+    """How a PDF read as ``document`` (``pdf_document``) is damaged, its ``read`` pages read: its cross-reference
+    table missing or damaged (read from the objects it holds whole, ``_recovered_xref``), or pages of its page tree
+    that could not be read (``pdf_pages``); None where it is whole."""
+    from pdfminer.pdftypes import dict_value, resolve1
+
+    try:
+        listed = resolve1(dict_value(document.catalog.get("Pages")).get("Count"))
+    except Exception as e:
+        if isinstance(e, MemoryError):
+            raise
+        listed = None
+    listed = listed if isinstance(listed, int) and listed > read else None
+    lost = f"{listed - read} of the {listed} pages its page tree lists cannot be read" if listed else None
+    if document.damaged is not None:
+        table = (f"damaged: its cross-reference table is missing or cannot be read, as in a file cut short "
+                 f"({document.damaged}), so it is read from the objects it holds whole")
+        return f"{table}; {lost}" if lost else table
+    return f"damaged: {lost} (their objects are missing or damaged)" if lost else None
 
 
 def pdf_problem(e: Exception) -> str:

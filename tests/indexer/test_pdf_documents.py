@@ -1459,3 +1459,30 @@ def test_xfa_data_that_cannot_be_read_is_named_and_the_pages_still_read(tmp_path
     with caplog.at_level(logging.WARNING):
         assert extract_pdf(path).paragraphs == ["Application for a berth"]
     assert (f"{path}: its XFA form data (object 6) cannot be read" in caplog.text) == named
+
+
+def test_a_damaged_pdf_reads_the_pages_it_holds_whole_and_names_the_damage(tmp_path, caplog):
+    """A PDF cut short (its cross-reference table and trailer, at its end, lost) was refused whole ("not a readable
+    PDF (PSEOF: Unexpected EOF)", or "No /Root object!"), though a viewer shows its pages, and a page whose object is
+    damaged was left out without a word: the pages it holds whole are read, and a warning names the file and the
+    damage, with the pages lost to it; a file left without any text is still skipped as damaged."""
+    pages = [column(20, 30, [[f"The {word} was the subject of chapter {n}, which the committee read with care."]])
+             for n, word in enumerate(["harbour", "lighthouse", "ferry", "market"], start=1)]
+    whole = lines_pdf(tmp_path / "whole.pdf", pages).read_bytes()
+    expected = [text for page in pages for _, _, text in page]
+    cut = tmp_path / "cut.pdf"
+    cut.write_bytes(whole[:whole.rindex(b"xref")])
+    kids = re.search(rb"/Kids \[(\d+) 0 R\s+(\d+) 0 R", whole)
+    assert kids is not None
+    lost = tmp_path / "lost.pdf"  # the second page's object damaged where it starts
+    lost.write_bytes(whole.replace(b"\n%s 0 obj" % kids.group(2), b"\n%s 0 ###" % kids.group(2)))
+    with caplog.at_level(logging.WARNING):
+        assert extract_pdf(cut).paragraphs == expected
+        assert extract_pdf(lost).paragraphs == expected[:1] + expected[2:]
+    warnings = [r.getMessage() for r in caplog.records if r.name.startswith("spanseek")]
+    assert warnings[0].startswith(f"{cut}: damaged: its cross-reference table is missing or cannot be read")
+    assert warnings[1] == (f"{lost}: damaged: 1 of the 4 pages its page tree lists cannot be read (their objects are "
+                           "missing or damaged); the rest of it is read")
+    with pytest.raises(Unreadable, match="^damaged: .* no text could be read"):
+        (tmp_path / "stub.pdf").write_bytes(whole[:whole.index(b"stream")])
+        extract_pdf(tmp_path / "stub.pdf")
