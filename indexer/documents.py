@@ -303,7 +303,7 @@ def extract_pdf(path: Path) -> Extracted:
     except (IngestError, Unreadable):
         raise
     except Exception as e:  # pdfminer raises many types on damaged files; the reason is reported, not hidden
-        raise Unreadable(pdf_file.pdf_problem(e)) from None
+        raise Unreadable(pdf_file.pdf_problem(e, path)) from None
     undecoded = _body_text(pages)
     if not form and not any(page.blocks or page.turned for page in pages):
         if damaged:

@@ -16,12 +16,14 @@ import math
 import unicodedata
 import zlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from spanseek.indexer import pdf_forms
 from spanseek.indexer.extracted import (
     MAX_INFLATED,
     MAX_INFLATED_STREAM,
+    OLE,
     Unreadable,
     decompression_bomb,
     error_text,
@@ -428,8 +430,18 @@ def damage(document: Any, read: int) -> str | None:
     return f"damaged: {lost} (their objects are missing or damaged)" if lost else None
 
 
-def pdf_problem(e: Exception) -> str:
-    """Why pdfminer could not read a PDF: it needs a password, its encryption is not supported, or it is damaged."""
+# how a PDF begins (within its first KiB, as viewers allow: a header or stray bytes before it), and how other files a
+# PDF may be found renamed from begin
+_PDF_HEADER = b"%PDF-"
+_OTHER_KINDS = ((b"PK\x03\x04", "a zip archive (a Word, PowerPoint or OpenDocument file renamed?)"),
+                (OLE, "an OLE file (an old Word or PowerPoint file renamed?)"), (b"{\\rtf", "an RTF file"),
+                (b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"), (b"II*\x00", "a TIFF image"),
+                (b"MM\x00*", "a TIFF image"))
+
+
+def pdf_problem(e: Exception, path: Path) -> str:
+    """Why pdfminer could not read a PDF: it is empty or no PDF (what it begins with), it needs a password, its
+    encryption is not supported, or it is damaged."""
     from pdfminer.pdfdocument import PDFEncryptionError, PDFPasswordIncorrect
 
     if isinstance(e, PDFPasswordIncorrect):  # raised with no message
@@ -437,4 +449,16 @@ def pdf_problem(e: Exception) -> str:
                 "--password=PASSWORD in.pdf out.pdf`) and ingest the result")
     if isinstance(e, PDFEncryptionError):
         return f"encrypted PDF that cannot be decrypted ({error_text(e)}); remove the encryption (`qpdf --decrypt`) first"
+    with open(path, "rb") as f:
+        head = f.read(1024)
+    if not head:
+        return "an empty file (0 bytes), not a PDF"
+    if _PDF_HEADER not in head:
+        kind = next((name for start, name in _OTHER_KINDS if head.startswith(start)), None)
+        if kind is None and head.lstrip()[:1] == b"<":
+            kind = "an HTML or XML file"
+        if kind is not None:
+            return f"not a PDF but {kind}: a PDF begins with %PDF-"
+        shown = head[:16].decode("latin-1").encode("unicode_escape").decode("ascii")
+        return f"not a PDF: it begins with \"{shown}\", and a PDF begins with %PDF-"
     return f"not a readable PDF ({error_text(e)}); the file may be truncated, damaged or encrypted"

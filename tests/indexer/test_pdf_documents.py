@@ -1486,3 +1486,22 @@ def test_a_damaged_pdf_reads_the_pages_it_holds_whole_and_names_the_damage(tmp_p
     with pytest.raises(Unreadable, match="^damaged: .* no text could be read"):
         (tmp_path / "stub.pdf").write_bytes(whole[:whole.index(b"stream")])
         extract_pdf(tmp_path / "stub.pdf")
+
+
+@pytest.mark.parametrize(("data", "why"), [
+    (b"", "an empty file (0 bytes), not a PDF"),
+    (b"<!doctype html><html><body>Sorry, not found</body></html>", "not a PDF but an HTML or XML file: a PDF begins with "
+                                                                    "%PDF-"),
+    (b"PK\x03\x04" + bytes(60), "not a PDF but a zip archive (a Word, PowerPoint or OpenDocument file renamed?): a PDF "
+                                "begins with %PDF-"),
+    (b"Hello\tthere\x00\x01" + bytes(40), 'not a PDF: it begins with "Hello\\tthere\\x00\\x01\\x00\\x00\\x00", and '
+                                           "a PDF begins with %PDF-"),
+])
+def test_a_file_that_is_no_pdf_is_named_for_what_it_is(tmp_path, data, why):
+    """An empty file or another kind of file named .pdf (a web server's error page saved as the download) was "not a
+    readable PDF (PDFSyntaxError: No /Root object! - Is this really a PDF?); the file may be truncated, damaged or
+    encrypted": it is named for what it is, as a .docx that is no Word file is."""
+    (tmp_path / "report.pdf").write_bytes(data)
+    with pytest.raises(Unreadable) as refused:
+        extract_pdf(tmp_path / "report.pdf")
+    assert str(refused.value) == why
