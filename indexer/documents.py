@@ -18,7 +18,8 @@ the words kept their order against 0.99999; pypdf keeps the order as well but gi
 and footers (the same words in the same place at the top or bottom of at least three pages, their numbers the same
 or the page's, or heads that take turns in one place: ``pdf_layout.running``) and page numbers in the margins
 (digits or lower-case roman numerals) are left out; a word hyphenated at a line
-end is made whole ("infor-\\nmation" reads "information", "well-\\nknown" "well-known": ``pdf_layout.dehyphenate``),
+end is made whole ("infor-\\nmation" reads "information", "well-\\nknown" "well-known": ``pdf_layout.Hyphenation``;
+also where its paragraph goes on in the next column or page, ``_run_on``),
 ligatures are spelled out ("ﬁ" reads "fi"; a glyph the font's Unicode map leaves out, often a ligature, is read
 as its character where the font numbers its glyphs by code point: ``pdf_file.self_coded``), and lines in a
 right-to-left script are put in reading order. A page whose text is mostly turned from upright (by its /Rotate, or
@@ -264,6 +265,21 @@ def _clean(text: str) -> str:
     return " ".join(text.translate(pdf_layout.LIGATURES).replace("\u00ad", "").split())
 
 
+_HYPHENS = "-\u00ad\u2010"  # a line's end hyphen: a hyphen-minus, a soft hyphen, a hyphen
+
+
+def _run_on(before: str, after: str, hyphen: str, hyphenation: pdf_layout.Hyphenation) -> str:
+    """Paragraph ``before`` going on with ``after``, the text of a block in the next column or page: a space apart,
+    but a word broken at the end of ``before`` (``hyphen``: the hyphen its last line ends with, "" for none) made whole
+    as a word broken inside a block is (``hyphenation``): "infor-" at a page's foot over "mation" at the next's top
+    reads "information" (it read "infor- mation")."""
+    if not hyphen:
+        return f"{before} {after}"
+    head, _, word = before.rpartition(" ")
+    mended = hyphenation.mend(f"{word.rstrip(_HYPHENS)}{hyphen}\n{after}")
+    return f"{head} {mended}" if head else mended
+
+
 def _page_list(numbers: list[int]) -> str:
     return f"page {numbers[0]}" if len(numbers) == 1 else f"pages {', '.join(map(str, numbers))}"
 
@@ -329,7 +345,9 @@ def extract_pdf(path: Path) -> Extracted:
         log.warning("%s: %s of %d %s only images, no text layer (scanned?); their text is not in the corpus. Run OCR "
                     "on the file first, for example `ocrmypdf --skip-text`, to include it", path, _page_list(images),
                     len(pages), "holds" if len(images) == 1 else "hold")
-    texts = iter(pdf_layout.dehyphenate([b.text.translate(pdf_layout.LIGATURES) for p in pages for b in p.blocks]))
+    raw = [b.text.translate(pdf_layout.LIGATURES) for p in pages for b in p.blocks]
+    hyphenation = pdf_layout.Hyphenation(raw)
+    texts = (hyphenation.mend(text) for text in raw)
     paragraphs: list[str] = []
     metas: list[dict[str, Any]] = []
     # whether the paragraph before is a table's row or a heading: it goes on with nothing, and nothing with it
@@ -339,6 +357,7 @@ def extract_pdf(path: Path) -> Extracted:
     body, bold_text = pdf_layout.body_size(laid_out), pdf_layout.bold_body(laid_out)
 
     ends: Block | None = None  # the last block of the paragraph before
+    hyphen = ""  # the hyphen its last line ends with ("" for none): a word broken there goes on in the next block
 
     def read_notes() -> None:  # the footnotes set aside, after the paragraph that ran past them
         paragraphs.extend(note for note, _ in notes)
@@ -353,7 +372,8 @@ def extract_pdf(path: Path) -> Extracted:
     for number, page in enumerate(pages, start=1):
         foot = pdf_layout.footnotes(page.blocks, page.bottom, page.top, body)
         for i, block in enumerate(page.blocks):
-            box = _clean(next(texts))
+            mended = next(texts)
+            box = _clean(mended)
             if i in foot:
                 notes.append((box, number))
                 continue
@@ -368,13 +388,15 @@ def extract_pdf(path: Path) -> Extracted:
             wrapped = ends is not None and pdf_layout.flows(ends.room, block.opening)
             if under or (text and not apart and not block.item and ends_on in (number - 1, number)
                          and _continues(paragraphs[-1], box, i > 0 and not block.column, wrapped)):
-                paragraphs[-1] = f"{paragraphs[-1]}{PARAGRAPH_BREAK if under else ' '}{box}"
+                paragraphs[-1] = (f"{paragraphs[-1]}{PARAGRAPH_BREAK}{box}" if under else
+                                  _run_on(paragraphs[-1], box, hyphen, hyphenation))
                 metas[-1] = last if last["page"] == number else {"page": last["page"], "page_end": number}
             else:
                 read_notes()
                 paragraphs.append(box)
                 metas.append({"page": number})
             apart, after_heading, ends = bool(block.cells) or heading or block.entries, heading, block
+            hyphen = last if (last := mended.rstrip()[-1:]) in _HYPHENS else ""
         notes.extend((_clean(text), number) for text in page.turned if text not in running_turned)
     read_notes()
     paragraphs += form  # (on no page: a viewer that runs XFA lays them out)

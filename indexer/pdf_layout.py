@@ -74,7 +74,7 @@ from spanseek.indexer.pdf_paragraphs import (
 from spanseek.indexer.pdf_tables import tables
 
 __all__ = ["COLUMN_LINE_CHARS", "CROSSING_LINES", "FOOTNOTE_SIZE", "FULL_LINE_SLACK", "HEAD_GAP", "HEADING_LINES",
-           "HEADING_SIZE", "HEADING_WORDS", "HYPHENATED_SHARE", "LIGATURES", "LINE_GAP_HEIGHTS", "LINE_PITCH_SLACK",
+           "HEADING_SIZE", "HEADING_WORDS", "HYPHENATED_SHARE", "Hyphenation", "LIGATURES", "LINE_GAP_HEIGHTS", "LINE_PITCH_SLACK",
            "LIST_ITEMS", "MARGIN_BAND", "PAGE_NUMBER_DIGITS", "PageLines", "ROMAN", "RUNNING_DRIFT", "RUNNING_PAGES",
            "SENTENCE_END", "SPACE_HEIGHTS", "WRAPPED_INDENT", "WRAPPED_WIDTH", "Block", "Part", "bold_body",
            "body_size", "dehyphenate", "flow_ends", "flows", "footnotes", "heading", "justified", "lines", "logical",
@@ -344,8 +344,8 @@ def _baselines(box_lines: Sequence[Any]) -> list[list[Any]]:
     return out
 
 
-def dehyphenate(texts: Sequence[str]) -> list[str]:
-    """Texts (lines "\\n" apart) with each word broken at a line end made whole again: "infor-\\nmation" reads
+class Hyphenation:
+    """How a document's words broken at line ends are made whole again (lines "\\n" apart): "infor-\\nmation" reads
     "information" and "well-\\nknown" "well-known". The document decides: a word found elsewhere in it whole is
     joined, a compound found elsewhere with its hyphen keeps it; otherwise the hyphen is dropped when the document
     was set with hyphenation (``HYPHENATED_SHARE`` of its line breaks end in a broken word) and kept when not. A
@@ -355,40 +355,52 @@ def dehyphenate(texts: Sequence[str]) -> list[str]:
     hyphenation, before one that hyphenation also leaves at a line's start (``HYPHENATION_TAILS``: "pri-\\nor"), only
     where a compound follows ("pre-\\nor post-war"). A hyphen before a conjunction that a hyphen follows is a
     compound's, kept: "rock-\\nand-roll" reads "rock-and-roll" (in a document set with hyphenation, not before one of
-    ``HYPHENATION_TAILS``: "gover-\\nnor-general" is a word broken)."""
-    words: set[str] = set()
-    compounds: set[str] = set()
-    breaks = hyphens = 0
-    for box_text in texts:
-        breaks += box_text.rstrip("\n").count("\n")
-        hyphens += len(_LINE_HYPHEN.findall(box_text))
-        flat = _LINE_HYPHEN.sub(" ", box_text)  # the broken words are no evidence of themselves
-        words.update(w.casefold() for w in re.findall(r"\w+", flat))
-        for compound in _COMPOUND.findall(flat):
-            parts = re.split(r"[-\u2010]", compound.casefold())
-            compounds.update(f"{a}-{b}" for a, b in itertools.pairwise(parts))
-    hyphenated = breaks > 0 and hyphens / breaks >= HYPHENATED_SHARE
+    ``HYPHENATION_TAILS``: "gover-\\nnor-general" is a word broken). ``mend`` makes a text whole by the evidence of
+    the ``texts`` given (a PDF's: a word broken where its paragraph goes on in the next column or page too)."""
 
-    def join(m: re.Match[str]) -> str:
+    def __init__(self, texts: Sequence[str]) -> None:
+        self.words: set[str] = set()
+        self.compounds: set[str] = set()
+        breaks = hyphens = 0
+        for box_text in texts:
+            breaks += box_text.rstrip("\n").count("\n")
+            hyphens += len(_LINE_HYPHEN.findall(box_text))
+            flat = _LINE_HYPHEN.sub(" ", box_text)  # the broken words are no evidence of themselves
+            self.words.update(w.casefold() for w in re.findall(r"\w+", flat))
+            for compound in _COMPOUND.findall(flat):
+                parts = re.split(r"[-\u2010]", compound.casefold())
+                self.compounds.update(f"{a}-{b}" for a, b in itertools.pairwise(parts))
+        self.hyphenated = breaks > 0 and hyphens / breaks >= HYPHENATED_SHARE
+
+    def mend(self, text: str) -> str:
+        """``text`` (lines "\\n" apart) with each word broken at a line's end made whole (the class's docstring)."""
+        return _LINE_HYPHEN.sub(self._join, text)
+
+    def _join(self, m: re.Match[str]) -> str:
         before, after, text, end = m.group(1), m.group(2), m.string, m.end()
         soft = m.group(0)[len(before)] == "\u00ad"
-        conjunction = after in SUSPENDED_BEFORE and (not hyphenated or after not in HYPHENATION_TAILS)
+        conjunction = after in SUSPENDED_BEFORE and (not self.hyphenated or after not in HYPHENATION_TAILS)
         if not soft and (not before[-1].isalpha() or not after[0].isalpha() or after[0].isupper()):
             keep = True
-        elif soft or (before + after).casefold() in words:
+        elif soft or (before + after).casefold() in self.words:
             keep = False
         elif after in SUSPENDED_BEFORE and _WORD_NEXT.match(text, end) and (
                 conjunction or _COMPOUND_NEXT.match(text, end)):
             return f"{before}- {after}"  # a suspended hyphen, a word after its conjunction
         elif conjunction and _HYPHEN_NEXT.match(text, end):  # a compound through its conjunction: "rock-and-roll"
             keep = True
-        elif f"{before}-{after}".casefold() in compounds:
+        elif f"{before}-{after}".casefold() in self.compounds:
             keep = True
         else:
-            keep = not hyphenated
+            keep = not self.hyphenated
         return f"{before}-{after}" if keep else before + after
 
-    return [_LINE_HYPHEN.sub(join, box_text) for box_text in texts]
+
+def dehyphenate(texts: Sequence[str]) -> list[str]:
+    """Texts (lines "\\n" apart) with each word broken at a line end made whole again, by their own evidence
+    (``Hyphenation``)."""
+    hyphenation = Hyphenation(texts)
+    return [hyphenation.mend(box_text) for box_text in texts]
 
 
 def title_block(blocks: Sequence[Block], bottom: float, top: float) -> Block | None:

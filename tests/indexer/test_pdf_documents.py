@@ -1505,3 +1505,23 @@ def test_a_file_that_is_no_pdf_is_named_for_what_it_is(tmp_path, data, why):
     with pytest.raises(Unreadable) as refused:
         extract_pdf(tmp_path / "report.pdf")
     assert str(refused.value) == why
+
+
+def test_a_word_broken_where_its_paragraph_goes_on_in_the_next_column_or_page_is_whole(tmp_path):
+    """A word hyphenated at the foot of a column or page, its paragraph going on at the top of the next, read
+    "infor- mation" (a word broken inside a block reads whole): it is made whole by the same rules, the document's
+    own words deciding; a compound it writes with its hyphen keeps it."""
+    known = [["The information desk and the ferry office are both", "open on weekdays, and the well-known cafe too."]]
+    first = ["The harbour authority published its annual", "report in March, and it gave the infor-"]
+    second = ["mation that the committee asked for about the", "cranes and the ferry timetable of the well-"]
+    third = ["known summer season that ended in September."]
+    filler = [["Another paragraph fills the page so that it", "looks like a real page of running text with",
+               "several lines of body type set in one column."]] * 27
+    page = column(20, 30, known + filler)
+    page += [(20, page[-1][1] + 8 + 5 * k, line) for k, line in enumerate(first)]
+    columns = column(20, 30, [second]) + column(110, 30, [third])
+    extracted = extract_pdf(lines_pdf(tmp_path / "broken.pdf", [page, columns]))
+    assert extracted.paragraphs[-1] == (
+        "The harbour authority published its annual report in March, and it gave the information that the "
+        "committee asked for about the cranes and the ferry timetable of the well-known summer season that ended "
+        "in September.")
