@@ -173,7 +173,9 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any], list[str], str 
         device = pdf_file.aggregator(PDFPageAggregator)(resources, laparams=laparams)
         interpreter = PDFPageInterpreter(resources, device)
         header: Block | None = None  # the header row of a table that ends the page before
+        broken: list[int] = []  # the pages whose content is damaged (``pdf_file.damage``)
         for page in pdf_file.pdf_pages(document):
+            streams = len(document.broken)
             interpreter.process_page(page)
             if (turn := pdf_file.upright_turn(device, page.rotate)) is not None:  # most of its text turned: read
                 page.rotate = turn  # it turned upright (a landscape page; a page rotated in a viewer), once
@@ -195,12 +197,13 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any], list[str], str 
             blocks, header = _named_rows([Block.of(run, id(pdf_layout.lines(run[0])[0]) in opening, flow)
                                           for run, flow in zip(runs, flows, strict=True)], header, layout.y0, layout.y1)
             pages.append(_Page(blocks, layout.y0, layout.y1, images, shapes, pdf_file.turned_text(device.turned)))
+            broken += [len(pages)] if len(document.broken) > streams else []
         # while the file is open: a value may be a reference to an object elsewhere in it (a title often is)
         info = {key: resolve1(value) for key, value in document.info[0].items()} if document.info else {}
         form = pdf_forms.xfa_values(document, path)
         if form and pdf_forms.drawn_by_xfa(document):  # its pages only ask for a viewer that runs XFA
             pages = [_Page([], page.bottom, page.top, False, False, []) for page in pages]
-        damaged = pdf_file.damage(document, len(pages))
+        damaged = pdf_file.damage(document, len(pages), _page_list(broken) if broken else "")
     return pages, info, form, damaged
 
 

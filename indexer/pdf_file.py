@@ -261,6 +261,7 @@ def pdf_document() -> type:
         damaged: str | None = None  # how the file is damaged, where it is read from the objects it holds whole
 
         def __init__(self, parser: Any) -> None:
+            self.broken: list[int] = []  # the compressed streams that cannot be expanded whole (damaged), as read
             try:
                 super().__init__(parser)
             except (PSEOF, PDFSyntaxError) as e:
@@ -336,7 +337,9 @@ def pdf_document() -> type:
                                      "not read")
                 try:
                     data = zlib.decompressobj().decompress(data, MAX_INFLATED_STREAM)
-                except zlib.error:  # damaged: pdfminer reads what it can of it
+                except zlib.error as e:  # damaged: pdfminer reads what it can of it
+                    if "incorrect data check" not in str(e):  # (but a wrong checksum after the whole data)
+                        self.broken.append(stream.objid)
                     break
             decode()
 
@@ -409,10 +412,11 @@ def pdf_pages(document: Any) -> Iterator[Any]:
             yield PDFPage(document, objid, page, next(labels))
 
 
-def damage(document: Any, read: int) -> str | None:
+def damage(document: Any, read: int, broken: str = "") -> str | None:
     """How a PDF read as ``document`` (``pdf_document``) is damaged, its ``read`` pages read: its cross-reference
-    table missing or damaged (read from the objects it holds whole, ``_recovered_xref``), or pages of its page tree
-    that could not be read (``pdf_pages``); None where it is whole."""
+    table missing or damaged (read from the objects it holds whole, ``_recovered_xref``), pages of its page tree
+    that could not be read (``pdf_pages``), and ``broken``, the pages ("page 2") whose content is in a compressed
+    stream that cannot be expanded whole; None where it is whole."""
     from pdfminer.pdftypes import dict_value, resolve1
 
     try:
@@ -422,12 +426,15 @@ def damage(document: Any, read: int) -> str | None:
             raise
         listed = None
     listed = listed if isinstance(listed, int) and listed > read else None
-    lost = f"{listed - read} of the {listed} pages its page tree lists cannot be read" if listed else None
-    if document.damaged is not None:
-        table = (f"damaged: its cross-reference table is missing or cannot be read, as in a file cut short "
-                 f"({document.damaged}), so it is read from the objects it holds whole")
-        return f"{table}; {lost}" if lost else table
-    return f"damaged: {lost} (their objects are missing or damaged)" if lost else None
+    found = [
+        (f"its cross-reference table is missing or cannot be read, as in a file cut short ({document.damaged}), so "
+         "it is read from the objects it holds whole") if document.damaged is not None else "",
+        f"{listed - read} of the {listed} pages its page tree lists cannot be read" if listed else "",
+        f"the content of {broken} cannot be expanded whole (its compressed data is damaged): what could be read of "
+        "it is read" if broken else ""]
+    if document.damaged is None and listed:
+        found[1] += " (their objects are missing or damaged)"
+    return f"damaged: {'; '.join(filter(None, found))}" if any(found) else None
 
 
 # how a PDF begins (within its first KiB, as viewers allow: a header or stray bytes before it), and how other files a

@@ -1525,3 +1525,25 @@ def test_a_word_broken_where_its_paragraph_goes_on_in_the_next_column_or_page_is
         "The harbour authority published its annual report in March, and it gave the information that the "
         "committee asked for about the cranes and the ferry timetable of the well-known summer season that ended "
         "in September.")
+
+
+def test_a_page_whose_compressed_content_is_damaged_is_named(tmp_path, caplog):
+    """A page whose compressed content stream is damaged read as nothing without a word, the others read: a warning
+    names the file and the page."""
+    pages = [column(20, 30, [[f"The {word} was the subject of chapter {n}, which the committee read with care."]])
+             for n, word in enumerate(["harbour", "lighthouse", "ferry"], start=1)]
+    pdf = fpdf.FPDF(unit="mm", format="A4")
+    pdf.set_font("helvetica", size=10)
+    for lines in pages:
+        pdf.add_page()
+        for x, y, text in lines:
+            pdf.text(x, y, text)
+    whole = bytearray(pdf.output())
+    second = [m.end() for m in re.finditer(rb"/Filter /FlateDecode\s*/Length \d+\s*>>\s*stream\r?\n", whole)][1]
+    whole[second + 4:second + 24] = b"\x13" * 20
+    (tmp_path / "torn.pdf").write_bytes(bytes(whole))
+    with caplog.at_level(logging.WARNING):
+        assert extract_pdf(tmp_path / "torn.pdf").paragraphs == [pages[0][0][2], pages[2][0][2]]
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("spanseek")] == [
+        f"{tmp_path / 'torn.pdf'}: damaged: the content of page 2 cannot be expanded whole (its compressed data is "
+        "damaged): what could be read of it is read; the rest of it is read"]
