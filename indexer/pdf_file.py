@@ -259,6 +259,7 @@ def pdf_document() -> type:
         inflated = 0  # what the streams expanded so far expand to
         xref_loop: str | None = None  # how the cross-reference sections loop, where they do
         damaged: str | None = None  # how the file is damaged, where it is read from the objects it holds whole
+        passed_over = 0  # the nodes of its page tree that could not be read (``pdf_pages``)
 
         def __init__(self, parser: Any) -> None:
             self.broken: list[int] = []  # the compressed streams that cannot be expanded whole (damaged), as read
@@ -390,6 +391,7 @@ def pdf_pages(document: Any) -> Iterator[Any]:
         except Exception as e:  # (pdfminer raises many types on a damaged object)
             if isinstance(e, MemoryError):
                 raise
+            document.passed_over += 1
             continue
         if objid in visited:
             continue
@@ -401,6 +403,8 @@ def pdf_pages(document: Any) -> Iterator[Any]:
         elif kind is LITERAL_PAGE:
             found = True
             yield PDFPage(document, objid, attrs, next(labels))
+        else:  # (a kid of the tree is a page or a branch: this one's object is damaged)
+            document.passed_over += 1
     for objid in [] if found else [objid for xref in document.xrefs for objid in xref.get_objids()]:
         try:  # no page tree: the page objects the file holds
             page = document.getobj(objid)
@@ -415,8 +419,8 @@ def pdf_pages(document: Any) -> Iterator[Any]:
 def damage(document: Any, read: int, broken: str = "") -> str | None:
     """How a PDF read as ``document`` (``pdf_document``) is damaged, its ``read`` pages read: its cross-reference
     table missing or damaged (read from the objects it holds whole, ``_recovered_xref``), pages of its page tree
-    that could not be read (``pdf_pages``), and ``broken``, the pages ("page 2") whose content is in a compressed
-    stream that cannot be expanded whole; None where it is whole."""
+    that could not be read (``pdf_pages``; how many, by the count the tree gives), and ``broken``, the pages ("page
+    2") whose content is in a compressed stream that cannot be expanded whole; None where it is whole."""
     from pdfminer.pdftypes import dict_value, resolve1
 
     try:
@@ -425,14 +429,16 @@ def damage(document: Any, read: int, broken: str = "") -> str | None:
         if isinstance(e, MemoryError):
             raise
         listed = None
-    listed = listed if isinstance(listed, int) and listed > read else None
+    # (a count the tree gives wrong, as sloppy files do, is no damage where every node of it is read)
+    lost = document.passed_over and (listed - read if isinstance(listed, int) and listed > read else None)
     found = [
         (f"its cross-reference table is missing or cannot be read, as in a file cut short ({document.damaged}), so "
          "it is read from the objects it holds whole") if document.damaged is not None else "",
-        f"{listed - read} of the {listed} pages its page tree lists cannot be read" if listed else "",
+        (f"{lost} of the {listed} pages its page tree lists cannot be read" if lost else
+         "pages of its page tree cannot be read" if document.passed_over else ""),
         f"the content of {broken} cannot be expanded whole (its compressed data is damaged): what could be read of "
         "it is read" if broken else ""]
-    if document.damaged is None and listed:
+    if document.damaged is None and found[1]:
         found[1] += " (their objects are missing or damaged)"
     return f"damaged: {'; '.join(filter(None, found))}" if any(found) else None
 

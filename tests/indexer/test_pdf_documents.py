@@ -1547,3 +1547,13 @@ def test_a_page_whose_compressed_content_is_damaged_is_named(tmp_path, caplog):
     assert [r.getMessage() for r in caplog.records if r.name.startswith("spanseek")] == [
         f"{tmp_path / 'torn.pdf'}: damaged: the content of page 2 cannot be expanded whole (its compressed data is "
         "damaged): what could be read of it is read; the rest of it is read"]
+
+
+def test_a_page_count_given_wrong_is_no_damage(tmp_path, caplog):
+    """A page tree whose count is more than the pages it holds (as sloppy writers set it), every page of it read, is
+    read without a warning of damage."""
+    whole = lines_pdf(tmp_path / "whole.pdf", [column(20, 30, [A]), column(20, 30, [B])]).read_bytes()
+    (tmp_path / "counted.pdf").write_bytes(whole.replace(b"/Count 2", b"/Count 3", 1))
+    with caplog.at_level(logging.WARNING):
+        assert extract_pdf(tmp_path / "counted.pdf").paragraphs == [text_of(A), text_of(B)]
+    assert not [r for r in caplog.records if r.name.startswith("spanseek")]
