@@ -1,9 +1,11 @@
-"""The lexical (BM25) leg of hybrid search at 100k and 1M passages: CPU time a batch of real questions, computed over
-every passage ((B, P) arrays, as search did: ``core.lexical_reference``) and from the postings (``Matches``, now).
+"""The lexical (BM25) leg of hybrid search at 100k and 1M passages: CPU time a batch of real questions, three ways:
+over every passage ((B, P) arrays, as search once did: ``core.lexical_reference``), from every match of the
+questions' postings added up (``Matches``, as search did next), and pruned (``Postings``, MaxScore: what search
+does now).
 
     python bench/lexical_scale.py --train /work/shared/data/squad-v1.1-train.json.gz \\
         --questions runs/validation.json.gz --sizes 100000,1000000 --workdir work/lexical-scale \\
-        --out bench/results/lexical_scale.json
+        --index work/demo-index --out bench/results/lexical_scale.json
 
 No corpus of a million passages is at hand, so the index of N passages replicates the SQuAD train paragraphs
 (``--train``, each after its article's title; tokenised once): replica r of a paragraph is a passage of its own, in
@@ -12,12 +14,13 @@ the replica of its article (a document of its own), its terms the paragraph's an
 ``LexicalIndex.of_terms`` once and kept under ``--workdir`` (a rerun loads it).
 
 For a batch of ``--batch`` validation questions (``--questions``), each stage is timed in CPU seconds
-(``time.process_time``, the least of ``--repeats`` rounds), both ways: the BM25 scores (``scores``: bm25s'
-``get_scores`` per question into a (B, P) array; ``matches``: the questions' postings summed), the lexical leg's units
-as hybrid search takes them (the best 20 passages; the best 5 documents and every document's score, ``doc``), and
-the same under a filter that allows a tenth of the documents (``filtered``: the array masked, the matches kept).
-Each way's results are checked equal (the scores to the bit) before anything is timed. ``--index DIR``: a built
-index's lexical part too, with its documents (the demo index: the size where the array cost least).
+(``time.process_time``, the least of ``--repeats`` rounds), each way: the BM25 scores (``scores``: bm25s'
+``get_scores`` per question into a (B, P) array; ``matches``: the questions' postings summed; ``pruned``: the
+postings found, nothing summed yet), the lexical leg's units as hybrid search takes them (the best 20 passages; the
+best 5 documents; the BM25 scores of 25 candidate documents, as fusion reads those the dense leg brings: here the
+same random ones for every question), and the same under a filter that allows a tenth of the documents
+(``filtered``). Each way's results are checked equal (the scores to the bit) before anything is timed. ``--index
+DIR``: a built index's lexical part too, with its documents (the demo index).
 """
 
 from __future__ import annotations
@@ -36,13 +39,16 @@ from machine import cpu_name  # (bench/ is on sys.path when run as a script)
 
 from spanseek.core.fusion import FUSION_DEPTH, LexicalFusion
 from spanseek.core.io import write_json_atomic
-from spanseek.core.lexical import LEXICAL_DIR, LexicalIndex, Matches, passage_text, tokenize
+from spanseek.core.lexical import LEXICAL_DIR, LexicalIndex, passage_text, tokenize
 from spanseek.core.lexical_reference import (
     dense_lexical_units,
     dense_scores,
     dense_unit_scores,
     dense_within,
 )
+from spanseek.core.postings import Matches, Postings, matched_units, scores_of, top_found
+
+CANDIDATES = 25  # documents a question's dense leg brings to hybrid fusion, whose BM25 scores fusion reads
 
 
 def replicated(train: Path, n: int) -> tuple[list[list[str]], np.ndarray]:
@@ -86,7 +92,8 @@ def same(a: list[tuple[np.ndarray, ...]], b: list[tuple[np.ndarray, ...]]) -> bo
 
 
 def measure(lexical: LexicalIndex, questions: list[str], doc_of: np.ndarray, repeats: int) -> dict[str, Any]:
-    """Each stage's CPU seconds for the batch, over the (B, P) array and from the matches (module docstring)."""
+    """Each stage's CPU seconds for the batch, three ways (module docstring): over the (B, P) array, from every
+    match, and pruned."""
     terms = lexical.tokenize(questions)
     n_docs = int(doc_of.max()) + 1
     fusion = LexicalFusion(lexical, None, None, {"passage": np.arange(len(doc_of)), "doc": doc_of},  # type: ignore
@@ -95,33 +102,45 @@ def measure(lexical: LexicalIndex, questions: list[str], doc_of: np.ndarray, rep
     allowed[np.random.default_rng(0).choice(n_docs, n_docs // 10, replace=False)] = True
     allowed = allowed[doc_of]
     n_passage, n_doc = FUSION_DEPTH["passage"], FUSION_DEPTH["doc"]
+    candidates = np.random.default_rng(1).choice(n_docs, min(CANDIDATES, n_docs), replace=False)
 
     def dense_units(scores: np.ndarray) -> tuple[Any, Any, Any]:
         return (dense_lexical_units(scores, np.arange(len(doc_of)), True, n_passage),
-                dense_lexical_units(scores, doc_of, False, n_doc), dense_unit_scores(scores, doc_of, n_docs))
+                dense_lexical_units(scores, doc_of, False, n_doc),
+                [row[candidates] for row in dense_unit_scores(scores, doc_of, n_docs)])
 
     def units(matches: Matches) -> tuple[Any, Any, Any]:
-        docs = fusion.unit_matches(matches, "doc")  # (what fusion reads a candidate document's BM25 score from)
-        passages = fusion.unit_matches(matches, "passage")
-        return fusion.lexical_units(passages, n_passage), fusion.lexical_units(docs, n_doc), docs
+        docs = matched_units(matches, doc_of)  # (what fusion read a candidate document's BM25 score from)
+        return (top_found(matched_units(matches), n_passage), top_found(docs, n_doc),
+                [scores_of(d, best, candidates) for d, best, _ in docs])
 
+    def pruned_units(postings: Postings) -> tuple[Any, Any, Any]:
+        return (postings.top_units(n_passage), postings.top_units(n_doc, doc_of),
+                [fusion.unit_scores(postings, b, "doc", candidates) for b in range(len(postings))])
+
+    fusion.unit_runs("doc")  # (made once an index)
+    lexical.term_bounds  # noqa: B018  (likewise)
     out: dict[str, Any] = {}
     t_scores, dense = least(lambda: dense_scores(lexical, terms), repeats)
     t_matches, matches = least(lambda: lexical.matches(questions, terms), repeats)
+    t_postings, postings = least(lambda: lexical.postings(questions, terms), repeats)
     assert matches.dense().view(np.uint32).tolist() == dense.view(np.uint32).tolist(), "scores differ"
-    out["scores"] = {"dense": t_scores, "matches": t_matches}
-    for name, dense_in, matches_in in (("unfiltered", lambda: dense, lambda: matches),
-                                       ("filtered", lambda: dense_within(dense, allowed),
-                                        lambda: matches.within(allowed))):
+    out["scores"] = {"dense": t_scores, "matches": t_matches, "pruned": t_postings}
+    for name, dense_in, matches_in, postings_in in (
+            ("unfiltered", lambda: dense, lambda: matches, lambda: postings),
+            ("filtered", lambda: dense_within(dense, allowed), lambda: matches.within(allowed),
+             lambda: postings.within(allowed))):
         t_dense, (passages, docs, doc_scores) = least(lambda d=dense_in: dense_units(d()), repeats)
-        t_sparse, (got_passages, got_docs, got_scores) = least(lambda m=matches_in: units(m()), repeats)
+        t_sparse, got = least(lambda m=matches_in: units(m()), repeats)
+        t_pruned, quick = least(lambda p=postings_in: pruned_units(p()), repeats)
         untied = [b for b, row in enumerate(dense_in())  # (ties at the array's cut: whichever a partition picked)
                   if n_passage >= len(row) or np.sort(row)[-n_passage] != np.sort(row)[-n_passage - 1]]
-        assert same([passages[b] for b in untied], [got_passages[b] for b in untied]) and same(docs, got_docs)
-        for b, (d, best, _) in enumerate(got_scores):
-            assert doc_scores[b][d].tolist() == best.tolist() and np.count_nonzero(doc_scores[b]) == len(d)
-        out[name] = {"dense": t_dense, "matches": t_sparse}
-    out["total"] = {way: out["scores"][way] + out["unfiltered"][way] for way in ("dense", "matches")}
+        assert same([passages[b] for b in untied], [got[0][b] for b in untied]) and same(docs, got[1])
+        assert same(got[0], quick[0]) and same(got[1], quick[1]), "pruned units differ"
+        for want, *others in zip(doc_scores, got[2], quick[2], strict=True):
+            assert all(want.astype(np.float32).tolist() == o.tolist() for o in others), "document scores differ"
+        out[name] = {"dense": t_dense, "matches": t_sparse, "pruned": t_pruned}
+    out["total"] = {way: out["scores"][way] + out["unfiltered"][way] for way in ("dense", "matches", "pruned")}
     out["matched_per_question"] = float(np.diff(matches.indptr).mean())
     out["array_mb"] = dense.nbytes / 2**20
     out["matches_mb"] = (matches.passages.nbytes + matches.scores.nbytes) / 2**20

@@ -24,18 +24,7 @@ import numpy as np
 
 from spanseek.core.dense import EMPTY_SPANS, BatchScores, DenseBatch, DenseLeg, dedupe_grouped
 from spanseek.core.hits import Hit, HitBuilder, distinct, first_per_unit, non_overlapping_spans
-from spanseek.core.lexical import (
-    FusionBasis,
-    LexicalIndex,
-    Matches,
-    RerankHead,
-    best_of_units,
-    rrf_fuse,
-    score_fuse,
-    scores_of,
-    top_by_score,
-    zscore,
-)
+from spanseek.core.lexical import FusionBasis, LexicalIndex, RerankHead, rrf_fuse, score_fuse, zscore
 from spanseek.core.params import (
     MAX_LEXICAL_WEIGHT,
     Fusion,
@@ -45,7 +34,9 @@ from spanseek.core.params import (
     unused_fusion,
 )
 from spanseek.core.plan import Plan
+from spanseek.core.postings import Postings
 from spanseek.core.rerank import RERANK_DEPTH, rerank_features, rerank_scores
+from spanseek.core.selection import runs_of, unit_runs
 from spanseek.core.spans import Spans, by_group_then_score, numpy_blas
 
 # phrase unit, hybrid: the lexical passages whose every span joins the dense candidates
@@ -53,9 +44,6 @@ LEXICAL_PASSAGES = 5
 # passage/doc units, hybrid: each leg brings at least this many units to the fused candidate list (documents are
 # few and large: the dense leg deepens its search until it has found this many)
 FUSION_DEPTH = {"phrase": 0, "passage": 20, "doc": 5}
-# matches a part of a batch whose documents are found together (``unit_matches``): a batch of 64 questions over a
-# thousand passages is one part; over 100k passages each question is one, as arrays of millions cost their paging
-UNIT_MATCHES_PART = 1 << 15
 
 
 def check_fusion(params: SearchParams, default_mode: Mode, default_fusion: Fusion) -> None:
@@ -97,6 +85,7 @@ class LexicalFusion:
         self.hits = hits
         self.unit_of_passage = unit_of_passage
         self.phrase_rerank = phrase_rerank
+        self._unit_runs: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def search(self, plan: Plan, batch: DenseBatch, questions: list[str]
                ) -> tuple[list[list[Hit]], list[FusionBasis] | None]:
@@ -117,15 +106,14 @@ class LexicalFusion:
         if not questions:
             return [], None
         terms = self.lexical.tokenize(questions)  # once: BM25 and the re-ranker's question terms
-        lexical = plan.bm25 if plan.bm25 is not None else self.lexical.matches(questions, terms)
+        lexical = plan.bm25 if plan.bm25 is not None else self.lexical.postings(questions, terms)
         if plan.selection.passages is not None:  # the filter's passages only
             lexical = lexical.within(plan.selection.passages)
         unit, top_k = plan.unit, plan.top_k
         lex_unit = "passage" if unit == "phrase" else unit
         n_lex = top_k if dense is None else LEXICAL_PASSAGES if unit == "phrase" else max(top_k, FUSION_DEPTH[unit])
         with numpy_blas().limit(limits=1):
-            matched = self.unit_matches(lexical, lex_unit)
-            found = self.lexical_units(matched, n_lex)
+            found = lexical.top_units(n_lex, None if lex_unit == "passage" else self.unit_of_passage[lex_unit])
             # phrases in hybrid mode rank every span; units and lexical hits take each passage's best
             spans = self.dense.passage_spans([passages for _, _, passages in found], scores,
                                              best_only=dense is None or unit != "phrase")
@@ -142,7 +130,7 @@ class LexicalFusion:
                 merged = dedupe_grouped(*together, self.dense.index.num_tokens, len(questions))
                 return self.fused_phrases(merged, lexical, plan, questions, terms, basis)
             best = self.best_per_unit(*together, unit, len(questions))
-            fused = [self.fused_units(sp, matched[b], plan, None if basis is None else basis[b])
+            fused = [self.fused_units(sp, lexical, b, plan, None if basis is None else basis[b])
                      for b, sp in enumerate(best)]
             return [hits for hits, _ in fused], [own for _, own in fused]
 
@@ -162,26 +150,28 @@ class LexicalFusion:
         return [Spans(starts[a:b], ends[a:b], scores[a:b].astype(np.float32)) if b > a else EMPTY_SPANS
                 for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
-    def unit_matches(self, lexical: Matches, unit: str) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Per question of ``lexical``, each ``unit`` that holds a matching passage (ascending), its BM25 score (its
-        best passage's) and that passage (the lowest-numbered with its score): made from the matching passages
-        only."""
-        units = self.unit_of_passage[unit]
-        if unit != "passage":  # questions together, in parts whose arrays stay small (cache-sized, not paged in)
-            return [found for part in lexical.parts(UNIT_MATCHES_PART)
-                    for found in best_of_units(part, units[part.passages])]
-        return [(units[passages], scores, passages) for passages, scores in map(lexical.row, range(len(lexical)))]
+    def unit_runs(self, unit: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The passages in ``unit`` order, where each unit's run of them starts (the end appended) and each run's
+        unit (``core.selection.unit_runs``: kept on the index, a live snapshot's made from its base's)."""
+        if unit not in self._unit_runs:  # (once a searcher: a live snapshot's joins its base's and its segment's)
+            runs = (runs_of(self.unit_of_passage) if self.dense is None else
+                    unit_runs(self.dense.index, self.unit_of_passage))[unit]
+            order, starts = runs[0], runs[1]
+            self._unit_runs[unit] = (order, np.r_[starts, len(order)],
+                                     np.asarray(self.unit_of_passage[unit][order[starts]]))
+        return self._unit_runs[unit]
 
-    @staticmethod
-    def lexical_units(matched: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], n: int
-                      ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Per question, its top ``n`` units by BM25 of its ``unit_matches``: (units, their scores, their best
-        passages), best first, ties by passage id, at the cut too."""
-        out = []
-        for units, best, passages in matched:
-            top = top_by_score(best, passages, n)
-            out.append((units[top], best[top], passages[top]))
-        return out
+    def unit_scores(self, lexical: Postings, b: int, unit: str, units: np.ndarray) -> np.ndarray:
+        """float32 BM25 score of each of ``units`` (each holding a passage) for question ``b`` of ``lexical``: its
+        best passage's, looked up (0 where none matches)."""
+        if unit == "passage":
+            return lexical.at(b, units)
+        order, bounds, run_unit = self.unit_runs(unit)
+        run = np.searchsorted(run_unit, units)
+        lengths = bounds[run + 1] - bounds[run]
+        first = np.r_[0, np.cumsum(lengths)[:-1]]  # where each unit's passages start among them all
+        passages = order[np.repeat(bounds[run] - first, lengths) + np.arange(int(lengths.sum()))]
+        return np.maximum.reduceat(lexical.at(b, passages), first)
 
     def lexical_hits(self, spans: Spans, unit_scores: np.ndarray, passages: np.ndarray, top_k: int) -> list[Hit]:
         """Lexical mode: units in BM25 order, each answered by the best span of its best passage."""
@@ -197,10 +187,10 @@ class LexicalFusion:
                 break
         return hits
 
-    def fused_units(self, spans: Spans, matched: tuple[np.ndarray, np.ndarray, np.ndarray], plan: Plan,
-                    basis: FusionBasis | None = None) -> tuple[list[Hit], FusionBasis]:
-        """Hybrid passages or documents: one question's candidate units (each by its best span) ranked by the two
-        legs' scores (BM25: of its ``unit_matches``, 0 for a unit none of whose passages matches) fused over the
+    def fused_units(self, spans: Spans, lexical: Postings, b: int, plan: Plan, basis: FusionBasis | None = None
+                    ) -> tuple[list[Hit], FusionBasis]:
+        """Hybrid passages or documents: question ``b``'s candidate units (each by its best span) ranked by the two
+        legs' scores (BM25: ``unit_scores``, 0 for a unit none of whose passages matches) fused over the
         candidates, or over ``basis``'s (the same search's candidates without its filter: a unit then scores as it
         does there, ``score_fuse`` and ``rrf_fuse``); and the candidates' own basis."""
         if not len(spans.scores):
@@ -210,14 +200,14 @@ class LexicalFusion:
         first = first_per_unit(unit_of_passage[passages])  # each candidate unit's best span (spans are sorted)
         dense = spans.scores[first].astype(np.float64)
         units = unit_of_passage[passages[first]]
-        lex = scores_of(*matched[:2], units).astype(np.float64)  # a document's: its best passage's
+        lex = self.unit_scores(lexical, b, plan.unit, units).astype(np.float64)  # a document's: its best passage's
         fused = (score_fuse(dense, lex, plan.lexical_weight, basis) if plan.fusion == "score"
                  else rrf_fuse(dense, lex, basis=basis, units=units))
         pick = np.argsort(-fused, kind="stable")[: plan.top_k]
         return [self.hits.hit(int(spans.starts[first[i]]), int(spans.ends[first[i]]), float(fused[i]),
                               float(dense[i]), float(lex[i])) for i in pick], FusionBasis(units, dense, lex)
 
-    def fused_phrases(self, spans: Sequence[Spans], lexical: Matches, plan: Plan, questions: Sequence[str],
+    def fused_phrases(self, spans: Sequence[Spans], lexical: Postings, plan: Plan, questions: Sequence[str],
                       question_terms: Sequence[list[str]] | None = None, basis: Sequence[FusionBasis] | None = None
                       ) -> tuple[list[list[Hit]], list[FusionBasis]]:
         """Phrases of several questions (their candidate spans, BM25 matches and texts): dense score + w x

@@ -31,12 +31,11 @@ The default weights (``DEFAULT_FUSION``) were fitted on training questions over 
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import math
 import re
 import unicodedata
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -45,6 +44,7 @@ import numpy as np
 import regex
 
 from spanseek.core.io import atomic_dir
+from spanseek.core.postings import Matches, Postings
 
 LEXICAL_DIR = "lexical"
 STOPWORDS = "en"
@@ -170,140 +170,6 @@ def passage_text(title: str, text: str) -> str:
     return f"{title}\n{text}" if title else text
 
 
-@dataclass(frozen=True)
-class Matches:
-    """A batch's BM25 matches, held as its postings give them: per question (row b), the passages that hold one of its
-    terms and score above zero, ascending, and their float32 scores (``passages[indptr[b]:indptr[b + 1]]``); every
-    other passage scores 0. What ``LexicalIndex.scores``' (B, P) array holds, without its B x P zeros: a batch costs
-    the postings of its questions' terms, not a pass over every passage (at 1M passages a batch of 64's array was
-    256 MB). A passage's score is the float32 sum of its terms' scores in the order of the question's terms, as bm25s
-    sums them, so both give the same bits."""
-
-    indptr: np.ndarray  # (B + 1,) int64
-    passages: np.ndarray  # (nnz,) int64, ascending within a question
-    scores: np.ndarray  # (nnz,) float32, above zero
-    n_passages: int
-
-    @classmethod
-    def of_postings(cls, postings: Sequence[tuple[int, np.ndarray, np.ndarray]], n_questions: int,
-                    n_passages: int) -> Matches:
-        """The matches of postings: (question, passages, their scores) for each term of each question, in the order
-        of the questions and of each one's terms. A question's are added into one float32 row in that order, as
-        bm25s adds them (``np.add.at``, in the order given), and read back at the passages they hold only: the row
-        is made once (calloc'd: only the pages the postings touch are written) and zeroed where they wrote."""
-        row = np.zeros(max(n_passages, 1), np.float32)
-        held, scores, counts = [], [], np.zeros(n_questions, np.int64)
-        for q, group in itertools.groupby(postings, key=lambda posting: posting[0]):
-            parts = list(group)
-            passages = np.concatenate([p for _, p, _ in parts]).astype(np.int64)
-            np.add.at(row, passages, np.concatenate([s for _, _, s in parts]).astype(np.float32))
-            passages = np.sort(passages, kind="stable")  # (one ascending run a term: merged)
-            passages = passages[np.r_[True, passages[1:] != passages[:-1]]] if len(passages) else passages
-            total, row[passages] = row[passages], 0
-            keep = total > 0  # (a deleted passage of a live index scores 0)
-            held.append(passages[keep])
-            scores.append(total[keep])
-            counts[q] = len(held[-1])
-        return cls(np.r_[0, np.cumsum(counts)].astype(np.int64), np.concatenate([np.zeros(0, np.int64), *held]),
-                   np.concatenate([np.zeros(0, np.float32), *scores]), n_passages)
-
-    def __len__(self) -> int:
-        return len(self.indptr) - 1
-
-    def row(self, b: int) -> tuple[np.ndarray, np.ndarray]:
-        """Question ``b``'s matching passages (ascending) and their scores."""
-        a, e = self.indptr[b], self.indptr[b + 1]
-        return self.passages[a:e], self.scores[a:e]
-
-    def at(self, b: int, passages: np.ndarray) -> np.ndarray:
-        """float32 score of each of ``passages`` for question ``b`` (0 where it does not match)."""
-        return scores_of(*self.row(b), passages)
-
-    def of_questions(self, questions: Sequence[int]) -> Matches:
-        """The matches of ``questions`` (positions in the batch), in that order."""
-        rows = [self.row(b) for b in questions]
-        return Matches(np.r_[0, np.cumsum([len(p) for p, _ in rows], dtype=np.int64)].astype(np.int64),
-                       np.concatenate([np.zeros(0, np.int64), *(p for p, _ in rows)]),
-                       np.concatenate([np.zeros(0, np.float32), *(s for _, s in rows)]), self.n_passages)
-
-    def parts(self, most: int) -> Iterator[Matches]:
-        """The batch in runs of consecutive questions holding at most ``most`` matches together (a question holding
-        more, alone): views of these arrays, not copies."""
-        a = 0
-        while a < len(self):
-            e = min(max(int(np.searchsorted(self.indptr, self.indptr[a] + most, side="right")) - 1, a + 1), len(self))
-            lo, hi = self.indptr[a], self.indptr[e]
-            yield Matches(self.indptr[a : e + 1] - lo, self.passages[lo:hi], self.scores[lo:hi], self.n_passages)
-            a = e
-
-    def within(self, allowed: np.ndarray) -> Matches:
-        """Only the matches of passages ``allowed`` ((P,) booleans): a filter's (the others score 0)."""
-        keep = np.asarray(allowed, bool)[self.passages]
-        kept = np.r_[0, np.cumsum(keep, dtype=np.int64)]  # the matches kept before each one
-        return Matches(kept[self.indptr], self.passages[keep], self.scores[keep], self.n_passages)
-
-    def dense(self) -> np.ndarray:
-        """(B, P) float32: every passage's score for every question (0 where none of its terms occurs)."""
-        out = np.zeros((len(self), self.n_passages), np.float32)
-        out[np.repeat(np.arange(len(self)), np.diff(self.indptr)), self.passages] = self.scores
-        return out
-
-    def top(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(B, min(k, P)) ids of the best passages per question, best first, ties by id, and their scores; -1 / 0
-        where fewer match."""
-        k = min(k, self.n_passages)
-        ids, scores = np.full((len(self), k), -1, np.int64), np.zeros((len(self), k), np.float32)
-        for b in range(len(self)):
-            held, score = self.row(b)
-            order = np.argsort(-score, kind="stable")[:k]  # (held ascending: ties by id)
-            ids[b, : len(order)], scores[b, : len(order)] = held[order], score[order]
-        return ids, scores
-
-
-def scores_of(held: np.ndarray, scores: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """The scores of ``wanted`` among ``held`` (ascending, distinct) with their ``scores``; 0 for those not held."""
-    wanted = np.asarray(wanted, np.int64)
-    if not len(held):
-        return np.zeros(len(wanted), scores.dtype)
-    at = np.minimum(np.searchsorted(held, wanted), len(held) - 1)
-    return np.where(held[at] == wanted, scores[at], scores.dtype.type(0))
-
-
-def best_of_units(matches: Matches, units: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Of a batch's ``matches`` and ``units`` (each matching passage's, in the order ``matches.passages`` holds
-    them): per question, each unit among its passages (ascending), its best score and its best passage (the
-    lowest-numbered with that score). The batch at once: its (question, unit) pairs sorted together, not a sort and
-    two reductions a question (most of the lexical leg's cost at a thousand passages)."""
-    width = int(units.max(initial=0)) + 1
-    # (nnz,) question-major keys (a question alone: its units)
-    key = units if len(matches) == 1 else np.repeat(np.arange(len(matches)), np.diff(matches.indptr)) * width + units
-    ranked, held, passages = matches.scores, key, matches.passages
-    if np.any(key[1:] < key[:-1]):  # a stable sort keeps each pair's passages ascending (a unit's are mostly a run)
-        order = np.argsort(key, kind="stable")
-        ranked, held, passages = ranked[order], key[order], passages[order]
-    starts = np.flatnonzero(np.r_[len(held) > 0, held[1:] != held[:-1]])
-    if len(starts):
-        best = np.maximum.reduceat(ranked, starts)  # (pairs,) each pair's best score
-        at = np.where(ranked == np.repeat(best, np.diff(np.r_[starts, len(held)])), np.arange(len(held)), len(held))
-        passages = passages[np.minimum.reduceat(at, starts)]  # its first passage with that score
-    else:
-        best, passages = ranked[:0], passages[:0]
-    bounds = np.r_[0, np.cumsum(np.bincount(held[starts] // width, minlength=len(matches)))]
-    unit = held[starts] % width
-    return [(unit[a:e], best[a:e], passages[a:e]) for a, e in zip(bounds[:-1], bounds[1:], strict=True)]
-
-
-def top_by_score(scores: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:
-    """Positions of the ``n`` highest ``scores``, best first, ties by ``ids`` (lower first), at the cut too: a
-    partition, then a sort of those at or above the n-th score only."""
-    if 0 < n < len(scores):
-        nth = np.partition(scores, len(scores) - n)[len(scores) - n]
-        held = np.flatnonzero(scores >= nth)
-    else:
-        held = np.arange(len(scores) if n > 0 else 0)
-    return held[np.lexsort((ids[held], -scores[held]))][:n]
-
-
 class LexicalIndex:
     """BM25 over a list of passage texts (row i = passage i), their terms by ``analyzer``."""
 
@@ -361,29 +227,44 @@ class LexicalIndex:
                              f"({', '.join(ANALYZERS)}); rebuild it with `spanseek index add-lexical`")
         return cls(bm25s.BM25.load(str(directory), show_progress=False), int(meta["passages"]), analyzer)
 
-    def matches(self, questions: Sequence[str], terms: Sequence[list[str]] | None = None) -> Matches:
-        """The BM25 matches of ``questions`` (``Matches``), read from the index's postings (bm25s keeps each term's
-        passages and their scores, CSC): each question's terms' postings, summed as ``BM25.get_scores`` sums them
-        (its terms in order, a repeated one again). ``terms``: the questions' ``self.tokenize``, when the caller has
-        it."""
+    @functools.cached_property
+    def term_bounds(self) -> np.ndarray:
+        """(V,) float32: each term's highest score in any passage (0 for a term none holds), which ``postings`` prunes
+        by; made once an index, at its first search (a pass over its postings: 10 ms at a million passages)."""
+        indptr, data = self.retriever.scores["indptr"], self.retriever.scores["data"]
+        out = np.zeros(len(indptr) - 1, np.float32)
+        held = np.flatnonzero(np.diff(indptr) > 0)
+        if len(held):  # (a run from a held term's first posting to the next held one's: its own postings)
+            out[held] = np.maximum.reduceat(data, indptr[held])
+        return out
+
+    def postings(self, questions: Sequence[str], terms: Sequence[list[str]] | None = None) -> Postings:
+        """The BM25 of ``questions`` as search reads it (``core.postings.Postings``): each question's terms' postings
+        where the index keeps them (bm25s: each term's passages and their scores, CSC), in the order of its terms (a
+        repeated one again, as ``BM25.get_scores`` sums them), and their highest scores. ``terms``: the questions'
+        ``self.tokenize``, when the caller has it."""
         r = self.retriever
         if r.nonoccurrence_array is not None:  # (BM25L and BM25+ score every passage; the indexes here are Lucene's)
             raise ValueError(f"BM25 variant {r.method!r} scores passages without the terms; this index needs Lucene's")
         indptr, indices, data = r.scores["indptr"], r.scores["indices"], r.scores["data"]
-        spans = [(b, indptr[t], indptr[t + 1])
-                 for b, tokens in enumerate(self.tokenize(questions) if terms is None else terms)
-                 for t in r.get_tokens_ids(tokens)]
-        return Matches.of_postings([(b, indices[a:e], data[a:e]) for b, a, e in spans], len(questions),
-                                   self.n_passages)
+        ids = [np.asarray(r.get_tokens_ids(tokens), np.int64)
+               for tokens in (self.tokenize(questions) if terms is None else terms)]
+        lists = [[(indices[indptr[t] : indptr[t + 1]], data[indptr[t] : indptr[t + 1]]) for t in t_ids.tolist()]
+                 for t_ids in ids]
+        return Postings.of_lists(lists, [self.term_bounds[t_ids] for t_ids in ids], self.n_passages)
+
+    def matches(self, questions: Sequence[str], terms: Sequence[list[str]] | None = None) -> Matches:
+        """Every BM25 match of ``questions`` (``Matches``), every posting of their terms read and summed."""
+        return self.postings(questions, terms).matches()
 
     def scores(self, questions: Sequence[str], terms: Sequence[list[str]] | None = None) -> np.ndarray:
         """(B, P) float32 BM25 score of every passage for every question (0 where no query term occurs): ``matches``
-        as an array, for a few passages (a search reads ``matches``)."""
+        as an array, for a few passages (a search reads ``postings``)."""
         return self.matches(questions, terms).dense()
 
     def top(self, questions: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """(B, k) passage ids and scores, best first (ties: lower id first); -1 / 0 past the matching passages."""
-        return self.matches(questions).top(k)
+        return self.postings(questions).top(k)
 
 
 def zscore(x: np.ndarray, basis: np.ndarray | None = None) -> np.ndarray:

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from spanseek.core.lexical import LexicalIndex, Matches
+from spanseek.core.lexical import LexicalIndex
+from spanseek.core.postings import Matches
 
 
 def matches_of(scores: np.ndarray) -> Matches:

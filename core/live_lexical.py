@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from spanseek.core.lexical import LexicalIndex, Matches, passage_text
+from spanseek.core.lexical import LexicalIndex, passage_text
 from spanseek.core.phrase_index import PhraseIndex
+from spanseek.core.postings import Matches, Postings, TermList
 
 
 class LiveLexical:
@@ -99,23 +100,33 @@ class LiveLexical:
         tfc = tf / (self.k1 * ((1 - self.b) + self.b * length / self.avg_len) + tf)  # float64, as bm25s
         return (idf * tfc).astype(np.float32)
 
-    def matches(self, questions: Sequence[str], terms: Sequence[list[str]] | None = None) -> Matches:
-        """The BM25 matches of ``questions`` over the live passages, their terms' postings summed in the questions'
-        order of terms (as ``LexicalIndex.matches``); ``terms``: the questions' ``tokenize``, when the caller has
-        it."""
-        parts = []
-        for q, words in enumerate(self.tokenize(questions) if terms is None else terms):
+    def postings(self, questions: Sequence[str], terms: Sequence[list[str]] | None = None) -> Postings:
+        """The BM25 of ``questions`` over the live passages as search reads it (``core.postings.Postings``, as
+        ``LexicalIndex.postings``): each of their terms' scored passages, base and segment in one ascending list, in
+        the questions' order of terms, and the highest of each; ``terms``: the questions' ``tokenize``, when the
+        caller has it."""
+        lists: list[list[TermList]] = []
+        bounds = []
+        for words in self.tokenize(questions) if terms is None else terms:
             held = [c for t in words if (c := self.vocab.get(t)) is not None and c < self.n_terms]
+            lists.append([])
             for term, idf in zip(held, self.idf(np.asarray(held, np.int64)), strict=True):
-                parts += [(q, rows, s) for rows, s in self.term_scores(term, idf)]
-        return Matches.of_postings(parts, len(questions), self.n_passages)
+                parts = list(self.term_scores(term, idf))
+                lists[-1].append((np.concatenate([np.zeros(0, np.int64), *(rows for rows, _ in parts)]),
+                                  np.concatenate([np.zeros(0, np.float32), *(s for _, s in parts)])))
+            bounds.append(np.asarray([s.max(initial=0) for _, s in lists[-1]], np.float32))
+        return Postings.of_lists(lists, bounds, self.n_passages)
+
+    def matches(self, questions: Sequence[str], terms: Sequence[list[str]] | None = None) -> Matches:
+        """Every BM25 match of ``questions`` over the live passages (``Matches``), every posting read."""
+        return self.postings(questions, terms).matches()
 
     def scores(self, questions: Sequence[str], terms: Sequence[list[str]] | None = None) -> np.ndarray:
         """(B, P) float32 BM25 score of every passage for every question (``matches`` as an array)."""
         return self.matches(questions, terms).dense()
 
     def top(self, questions: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        return self.matches(questions).top(k)
+        return self.postings(questions).top(k)
 
 
 @dataclass(frozen=True)

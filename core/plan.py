@@ -15,8 +15,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from spanseek.core.lexical import FusionBasis, Matches
+from spanseek.core.lexical import FusionBasis
 from spanseek.core.params import Fusion, Hit, Mode, SearchParams, Unit
+from spanseek.core.postings import Postings
 from spanseek.core.selection import Selection
 
 
@@ -43,7 +44,7 @@ class Plan:
     lexical_weight: resolved from the index's defaults; max_tokens: the longest answer; vectors: where span
     completion reads neighbour vectors; selection: the passages the search may return; unfiltered: the same search
     without its filter, where a filter would otherwise change a unit's score, rank or confidence; bm25: the BM25
-    matches of the plan's questions (``core.lexical.Matches``), where a search of the same questions has made them
+    postings of the plan's questions (``core.postings.Postings``), where a search of the same questions has made them
     (the unfiltered search's, which the filtered one takes over)."""
 
     params: SearchParams
@@ -54,7 +55,7 @@ class Plan:
     vectors: Callable[[np.ndarray], np.ndarray]
     selection: Selection
     unfiltered: Unfiltered | None = None
-    bm25: Matches | None = None
+    bm25: Postings | None = None
 
     @property
     def unit(self) -> Unit:

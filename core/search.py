@@ -233,7 +233,7 @@ class Searcher:
         bm25 = None
         if plan.mode != "dense" and self.lexical is not None and texts:  # computed once for both searches
             with timings.timing("search"):
-                bm25 = self.lexical.matches(texts)
+                bm25 = self.lexical.postings(texts)
         whole = dataclasses.replace(plan.but(collapse_duplicates=False), selection=self._selections.get(None),
                                     unfiltered=None, bm25=bm25)  # the list confidences are read in collapses nothing
         if not fuses:  # scores as without the filter: only the list the features read

@@ -238,6 +238,36 @@ def int64_vector(values: Any) -> Any:
     return out
 
 
+def unit_runs(index: PhraseIndex, unit_of_passage: dict[str, np.ndarray]
+              ) -> dict[str, tuple[np.ndarray, np.ndarray, int]]:
+    """Per unit (``unit_of_passage``: the index's, each passage's unit): the passages in unit order (a stable sort),
+    where each unit's run of them starts, and the number of units; what hybrid search takes each unit's best BM25
+    passage by. Kept on the index (again for a copy given other passages). A live snapshot's are its base's (made
+    once a base) followed by its segment's, whose units all come after the base's: a write sorts its segment's
+    passages, not every passage (3 s a write at 1M passages, numpy's hashing unique and a sort over all)."""
+    parts = getattr(index, "token_parts", None)
+    if parts is not None:
+        base = parts[0]
+        first = unit_runs(base, {u: f(base) for u, f in UNIT_OF_PASSAGE.items() if f is not None and u in unit_of_passage})
+        n = len(base.passages)
+        then = runs_of({u: np.asarray(of[n:]) for u, of in unit_of_passage.items()})
+        return {u: (np.concatenate([a[0], b[0] + n]), np.concatenate([a[1], b[1] + n]), a[2] + b[2])
+                for u, a, b in ((u, first[u], then[u]) for u in unit_of_passage)}
+    made = index.__dict__.get("_unit_runs")
+    if made is None or made[0] is not index.passages:
+        made = index.__dict__["_unit_runs"] = (index.passages, runs_of(unit_of_passage))
+    return made[1]
+
+
+def runs_of(unit_of_passage: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, np.ndarray, int]]:
+    out = {}
+    for u, of in unit_of_passage.items():
+        order = np.argsort(of, kind="stable")
+        starts = np.flatnonzero(np.r_[len(of) > 0, of[order][1:] != of[order][:-1]])  # (none without passages)
+        out[u] = (order, starts, len(starts))
+    return out
+
+
 def per_document(unit_of_passage: dict[str, np.ndarray], passage_tokens: np.ndarray, n_docs: int,
                  first_doc: int = 0) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """(n_docs,) distinct units of each document per unit, and (n_docs,) tokens of each: documents ``first_doc`` to

@@ -647,12 +647,12 @@ def test_a_filtered_hybrid_search_computes_the_flat_scans_products_once(searcher
 @pytest.mark.parametrize("mode", ["lexical", "hybrid"])
 @pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
 def test_a_filtered_search_scores_bm25_once_for_both_searches(searcher, mode, unit, monkeypatch):
-    """The filtered search takes over its unfiltered search's BM25 scores of every passage (``Plan.bm25``) rather than
-    scoring the questions again, and finds the same hits as when it scores them itself."""
+    """The filtered search takes over its unfiltered search's BM25 postings of the questions (``Plan.bm25``) rather
+    than finding them again, and finds the same hits as when it finds them itself."""
     calibrated = _calibrated(searcher)
     lexical = calibrated.lexical
-    scored, matches = [], type(lexical).matches
-    monkeypatch.setattr(type(lexical), "matches", lambda self, *a: scored.append(1) or matches(self, *a))
+    scored, postings = [], type(lexical).postings
+    monkeypatch.setattr(type(lexical), "postings", lambda self, *a: scored.append(1) or postings(self, *a))
     params = dict(unit=unit, mode=mode, top_k=3, filter=FILTERS["ids"])
     once = _search(calibrated, **params)
     assert len(scored) == 1

@@ -19,6 +19,7 @@ from spanseek.core.lexical import (
     zscore,
 )
 from spanseek.core.params import SearchParams, SearchParamsError
+from spanseek.core.postings import Postings, matched_units
 
 
 def test_rrf_by_hand():
@@ -267,15 +268,23 @@ def test_hybrid_unit_score_fusion_weighs_the_lexical_leg_by_the_requests_weight(
 
 
 def test_a_documents_lexical_score_is_its_best_passages(tiny_searcher):
-    """Each matching document's BM25 score for each question (``unit_matches``) against a loop over its passages:
-    their maximum, its best passage the first with it; and a hybrid document hit carries its document's (0 when none
-    of its passages matches)."""
+    """Each matching document's BM25 score for each question (``matched_units``, and looked up as fusion reads a
+    candidate's, ``unit_scores``, from the postings added up or pruned) against a loop over its passages: their
+    maximum, its best passage the first with it; and a hybrid document hit carries its document's (0 when none of its
+    passages matches)."""
     fusion = tiny_searcher.fusion
     texts, qs, qe = questions_of(tiny_searcher, seed=5)
     matches = tiny_searcher.lexical.matches(texts)
     lexical = matches.dense()
     doc_of = fusion.unit_of_passage["doc"]
-    for row, (docs, best, passages) in zip(lexical, fusion.unit_matches(matches, "doc"), strict=True):
+    every = np.arange(int(doc_of.max()) + 1)
+    postings = tiny_searcher.lexical.postings(texts)
+    pruned = Postings.of_lists(postings.lists, postings.bounds, postings.n_passages, eager_most=-1)
+    for b, row in enumerate(lexical):
+        want = [row[doc_of == d].max(initial=0) for d in every]
+        assert fusion.unit_scores(postings, b, "doc", every).tolist() == want
+        assert fusion.unit_scores(pruned, b, "doc", every).tolist() == want
+    for row, (docs, best, passages) in zip(lexical, matched_units(matches, doc_of), strict=True):
         want = [d for d in range(int(doc_of.max()) + 1) if row[doc_of == d].max(initial=0) > 0]
         assert docs.tolist() == want
         assert best.tolist() == [row[doc_of == d].max() for d in want]
@@ -326,3 +335,21 @@ def test_a_subset_fused_against_its_whole_list_scores_as_it_does_in_the_list():
     assert basis.where(np.array([units[4], 5000])).tolist() == [4, -1]
     assert FusionBasis(np.zeros(0, np.int64), np.zeros(0), np.zeros(0)).where(np.array([1])).tolist() == [-1]
     assert zscore(np.array([1.0, 2.0]), np.zeros(0)).tolist() == [0.0, 0.0]  # no unfiltered candidates: no signal
+
+
+@pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
+def test_a_search_with_every_question_pruned_finds_the_same_hits(tiny_searcher, monkeypatch, unit):
+    """The lexical and hybrid legs give the same hits, scores and lexical parts whether a question's BM25 postings are
+    added up whole or its top is pruned (``core.postings.EAGER_MOST``), with a filter or not."""
+    from spanseek.core import postings
+    from spanseek.core.params import SearchFilter
+
+    texts, qs, qe = questions_of(tiny_searcher, n=8, seed=3)
+    texts[0] += " the of what did"  # (common words with the corpus's own)
+    kept = SearchFilter(doc_ids=tuple(d["id"] for d in tiny_searcher.index.docs[::2]))
+    searches = [SearchParams(unit=unit, top_k=4, mode=mode, filter=flt) for mode in ("lexical", "hybrid")
+                for flt in (None, kept)]
+    whole = [tiny_searcher.search_vectors(qs, qe, params, None, texts) for params in searches]
+    monkeypatch.setattr(postings, "EAGER_MOST", -1)
+    assert [tiny_searcher.search_vectors(qs, qe, params, None, texts) for params in searches] == whole
+    assert any(hits for rows in whole for hits in rows)

@@ -11,8 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spanseek.core.fusion import LexicalFusion
-from spanseek.core.lexical import LexicalIndex, Matches, top_by_score
+from spanseek.core.lexical import LexicalIndex
 from spanseek.core.lexical_reference import (
     dense_lexical_units,
     dense_scores,
@@ -21,6 +20,7 @@ from spanseek.core.lexical_reference import (
     dense_within,
     matches_of,
 )
+from spanseek.core.postings import Matches, matched_units, top_by_score, top_found
 
 WORDS = [f"w{i}" for i in range(30)]
 NO_TERM = "qzxvw"  # a word no passage holds
@@ -101,7 +101,7 @@ def test_top_by_score_breaks_ties_at_the_cut_by_id():
 @pytest.mark.parametrize("filtered", [False, True])
 @pytest.mark.parametrize("corpus", range(len(CORPORA)))
 def test_the_lexical_legs_units_are_those_of_the_array(corpus, filtered, shuffled):
-    """``LexicalFusion.lexical_units`` and a unit's BM25 score (``unit_matches``) from the matches against the old
+    """``top_found`` and a unit's BM25 score (``matched_units``) from the matches against the old
     computation over the (B, P) array, for passages and documents, with a filter or not, at several cuts: the same
     units, scores and best passages in the same order (passages: ties at the cut by id, which the array's
     ``argpartition`` cut as it happened to; compared with a stable ranking of every passage there), and every unit's
@@ -111,17 +111,16 @@ def test_the_lexical_legs_units_are_those_of_the_array(corpus, filtered, shuffle
         doc_of = np.random.default_rng(corpus).permutation(doc_of)
     lexical = LexicalIndex.build(passages)
     unit_of_passage = {"passage": np.arange(len(passages)), "doc": doc_of}
-    fusion = LexicalFusion(lexical, None, None, unit_of_passage, None)  # type: ignore[arg-type]
     matches = lexical.matches(questions)
     dense = matches.dense()
     if filtered:
         allowed = np.random.default_rng(corpus).random(len(passages)) < 0.5
         matches, dense = matches.within(allowed), dense_within(dense, allowed)
     for n in (1, 2, 5, len(passages) + 1):
-        got = fusion.lexical_units(fusion.unit_matches(matches, "doc"), n)
+        got = top_found(matched_units(matches, doc_of), n)
         want = dense_lexical_units(dense, doc_of, False, n)
         assert [[a.tolist() for a in g] for g in got] == [[a.tolist() for a in w] for w in want]
-        got = fusion.lexical_units(fusion.unit_matches(matches, "passage"), n)
+        got = top_found(matched_units(matches), n)
         for row, (units, scores, best) in zip(dense, got, strict=True):
             top = np.argsort(-row, kind="stable")[:n]
             top = top[row[top] > 0]
@@ -131,7 +130,7 @@ def test_the_lexical_legs_units_are_those_of_the_array(corpus, filtered, shuffle
         assert [[a.tolist() for a in got[b]] for b in untied] == [[a.tolist() for a in want[b]] for b in untied]
     units = dense_unit_scores(dense, doc_of, int(doc_of.max()) + 1)
     for b in range(len(questions)):
-        docs, best, _ = fusion.unit_matches(matches, "doc")[b]
+        docs, best, _ = matched_units(matches, doc_of)[b]
         looked_up = np.zeros(units.shape[1])
         looked_up[docs] = best
         assert looked_up.tolist() == units[b].tolist()
@@ -147,7 +146,7 @@ def test_matches_of_an_array_are_its_positive_entries():
 
 
 def test_a_batchs_documents_are_found_for_the_batch_at_once_not_a_question_at_a_time():
-    """``unit_matches`` for documents, a batch at once: 512 questions that each match a passage or two cost far less
+    """``matched_units`` for documents, a batch at once: 512 questions that each match a passage or two cost far less
     than 46 times what 11 do (one sort of the batch's (question, document) pairs; a sort and two reductions a
     question cost 50 times as much), and each question gets its own documents, none where it matches nothing."""
     import time
@@ -155,7 +154,6 @@ def test_a_batchs_documents_are_found_for_the_batch_at_once_not_a_question_at_a_
     passages = [f"w{i} w{i % 3}" for i in range(60)]
     doc_of = np.arange(60) // 3
     lexical = LexicalIndex.build(passages)
-    fusion = LexicalFusion(lexical, None, None, {"passage": np.arange(60), "doc": doc_of}, None)  # type: ignore[arg-type]
     few = lexical.matches(["w11", "", "w31 w4"] * 3 + ["w40"] * 2)
     many = lexical.matches(["w11", "", "w31 w4"] * 171 + ["w40"] * 5)
 
@@ -163,12 +161,12 @@ def test_a_batchs_documents_are_found_for_the_batch_at_once_not_a_question_at_a_
         best = float("inf")
         for _ in range(20):
             started = time.process_time()
-            fusion.unit_matches(matches, "doc")
+            matched_units(matches, doc_of)
             best = min(best, time.process_time() - started)
         return best
 
-    got = fusion.unit_matches(many, "doc")
-    want = [[a.tolist() for a in fusion.unit_matches(lexical.matches([q]), "doc")[0]] for q in ("w11", "", "w31 w4")]
+    got = matched_units(many, doc_of)
+    want = [[a.tolist() for a in matched_units(lexical.matches([q]), doc_of)[0]] for q in ("w11", "", "w31 w4")]
     assert [[a.tolist() for a in g] for g in got[:3]] == want and [[a.tolist() for a in g] for g in got[-5:]] == [
-        [a.tolist() for a in fusion.unit_matches(lexical.matches(["w40"]), "doc")[0]]] * 5
+        [a.tolist() for a in matched_units(lexical.matches(["w40"]), doc_of)[0]]] * 5
     assert least(many) < 20 * least(few)  # (7 times now; 50 times a question at a time)

@@ -187,11 +187,12 @@ def test_a_unit_search_completes_only_candidates_that_may_be_their_units_best(ti
 
 @pytest.mark.parametrize("unit", ["passage", "doc"])
 def test_the_lexical_legs_units_are_those_of_ranking_every_passage(tiny_searcher, unit):
-    """``lexical_units`` (documents: ranked for the batch at once from each unit's run of passages) gives what ranking
+    """``top_found`` (documents: ranked for the batch at once from each unit's run of passages) gives what ranking
     every passage by BM25 (ties by passage id) and taking each unit's first gives: the same units, scores and best
     passages, in order, only those that match; with ties within and across units and at the cut."""
     from spanseek.core.hits import first_per_unit
     from spanseek.core.lexical_reference import matches_of
+    from spanseek.core.postings import matched_units, top_found
 
     fusion = tiny_searcher.fusion
     unit_of_passage = fusion.unit_of_passage[unit]
@@ -200,7 +201,7 @@ def test_the_lexical_legs_units_are_those_of_ranking_every_passage(tiny_searcher
     scores[0] = 0  # nothing matches
     cuts = (1, 2, 3, 7, len(unit_of_passage) + 1)
     for n in cuts:
-        got = fusion.lexical_units(fusion.unit_matches(matches_of(scores), unit), n)
+        got = top_found(matched_units(matches_of(scores), None if unit == "passage" else unit_of_passage), n)
         for row, (units, unit_scores, passages) in zip(scores, got, strict=True):
             top = np.argsort(-row, kind="stable")
             top = top[first_per_unit(unit_of_passage[top])][:n]
