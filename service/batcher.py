@@ -16,6 +16,9 @@ Work is counted in question-equivalents (service/cost.py), batches take waiting 
 clients (service/fairness.py), and a request costing more than half a batch is queued in parts of at most half a
 batch (``max_batch_size`` / 2 question-equivalents), so other clients' work runs between its parts and beside each
 of them (a part never fills a batch alone: a question arriving when it is its turn still joins that batch).
+Every part runs on the searcher its request's first part ran on: a reload or a write's new snapshot between two parts
+does not answer one request from two indexes (a batch holds the parts of one searcher only, and ``serves`` counts the
+parts still queued, so a reload releases the old index once they have run).
 
 Without a search executor, steps 1-2 run in one worker thread. With one (``pipeline``), step 1 runs in the
 encoder thread and step 2 in the search thread, so the next batch is encoded while this one is searched; at
@@ -110,7 +113,9 @@ class _Pending:
     client: str  # whose share of the queue it uses (service.fairness)
     tag: float  # fair-queueing order
     enqueued: float = field(default_factory=time.monotonic)
-    searcher: Searcher | None = None  # the one its batch runs on, set when the batch is taken
+    # the one its batch runs on: set when the batch is taken, or when the first part of its request is (every part
+    # of a request runs on the index its first part ran on, also across a reload or a write's new snapshot)
+    searcher: Searcher | None = None
     request_id: str = field(default_factory=lambda: request_id_var.get() or "-")  # for the batch's log lines
     parts: list[_Pending] = field(default_factory=list)  # every part of its request (itself included)
 
@@ -331,9 +336,10 @@ class MicroBatcher:
 
     def serves(self, searcher: weakref.ref[Searcher]) -> bool:
         """Whether a batch taken with ``searcher`` (a weak reference: asking does not keep a replaced searcher
-        alive) is still being encoded or searched."""
+        alive) is still being encoded or searched, or a request whose first part ran on it has parts still queued."""
         held = searcher()
-        return held is not None and any(item.searcher is held for item in self._inflight)
+        return held is not None and any(item.searcher is held for item in [*self._inflight, *self._pending]
+                                        if item.live())
 
     @property
     def depth(self) -> int:
@@ -433,6 +439,7 @@ class MicroBatcher:
         """Take a request whose future was cancelled out of the queue now (not when the next batch is cut): its
         questions leave the depth and the admission's count at once, and a write step or a batch held for it need
         not wait. A request already in a batch is left to that batch."""
+        item.searcher = None  # a request that left holds no replaced searcher
         withdrawn = self._pending.withdraw(item)
         self._set_depth(self._queued_questions())  # also when a batch being cut dropped it first
         if not withdrawn:
@@ -522,13 +529,20 @@ class MicroBatcher:
 
     def _start(self, batch: list[_Pending], started: float) -> Searcher:
         """Mark ``batch`` as in flight (it stays marked if we are cancelled: stop() then fails these requests) on
-        the current searcher, which runs all its steps (even across a swap); returns that searcher."""
+        its searcher (``_searcher_of``), which runs all its steps (even across a swap), and hold the parts of its
+        requests still queued to that searcher; returns it."""
         if not self._inflight:
             self._busy_since = started
-        for item in batch:
-            item.searcher = self.searcher
+        searcher = self._searcher_of(batch[0])
+        for part in (part for item in batch for part in item.parts or [item]):
+            if part.searcher is None and part.live():  # (a part answered already holds none: _forget)
+                part.searcher = searcher
         self._inflight.extend(batch)
-        return self.searcher
+        return searcher
+
+    def _searcher_of(self, item: _Pending) -> Searcher:
+        """The searcher ``item`` runs on: the one its request's first part ran on, else the current one."""
+        return item.searcher or self.searcher
 
     def _live_cost(self) -> float:
         return sum(p.cost for p in self._pending if p.live())
@@ -544,6 +558,8 @@ class MicroBatcher:
         for item in self._pending.in_order():
             if batch and returning - {item.client} and self._pending.ahead_of_its_turn(item):
                 continue
+            if batch and self._searcher_of(item) is not self._searcher_of(batch[0]):
+                continue  # a batch runs on one searcher: a request begun before a swap goes on on the old one
             if not batch or cost + item.cost <= self.max_batch_size:
                 batch.append(item)
                 cost += item.cost

@@ -539,3 +539,38 @@ async def test_reloads_of_one_index_named_relative_or_not_are_shared(settings_fo
         together = await asyncio.gather(*asked)
         assert [r.status_code for r in together] == [200] * 4, [r.text for r in together]
         assert app.state.service.reloader.reloads == 1
+
+
+async def test_a_request_run_in_parts_is_answered_from_one_index_across_a_reload(settings_for, async_serve,
+                                                                               counting_factory, until, index_b,
+                                                                               tiny_index, tmp_path):
+    """A request of more than half a batch runs in parts (service.batcher); a reload that swaps the index after its
+    first part was taken and before the others were answered them from the new index: one answer, two indexes
+    (hits of documents d* for the first questions, b* for the rest). Its later parts now run on the index its first
+    part ran on, and the old index is released once they are done."""
+    factory, encoder = counting_factory(block=True)
+    alias = switch_alias(tmp_path / "current", tiny_index).path
+    app = create_app(settings_for(index=alias, max_batch_size=2, max_wait_ms=1, max_queries_per_request=6,
+                                  api_key=KEY), factory)
+    state = app.state.service
+    encoder.gate.set()
+    async with async_serve(app) as client:
+        client.headers.update(AUTH)
+        assert (await client.post("/admin/reload")).status_code == 200  # a searcher that only the app holds
+        old = weakref.ref(state.searcher)
+        encoder.gate.clear()
+        encoder.entered.clear()
+        questions = [f"Who built the castle number {i}?" for i in range(6)]
+        parts = asyncio.create_task(client.post("/search?unit=doc", json={"queries": questions, "top_k": 3}))
+        await until(encoder.entered.is_set)  # its first batch (two parts of one question) is being encoded
+        switch_alias(alias, index_b)
+        reload = asyncio.create_task(client.post("/admin/reload"))
+        await until(lambda: state.info["index"]["dir"] == str(index_b.resolve()))
+        encoder.gate.set()
+        answer = await asyncio.wait_for(parts, 30)
+        assert answer.status_code == 200, answer.text
+        assert [{h["doc_id"][0] for h in r["hits"]} for r in answer.json()["results"]] == [{"d"}] * 6
+        assert (await reload).json()["index"]["released_previous"] is True
+        assert docs_of(await search(client)) == {"b"}  # the next request is the new index's
+        assert old() is None
+        assert state.batcher.depth == 0 and not state.batcher._inflight
