@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
 from spanseek.core.io import NO_SPACE
@@ -212,6 +213,8 @@ def error_response(exc: BaseException, request_id: str) -> JSONResponse:
     """Map any exception to (status, ErrorResponse). The single mapping point of the service."""
     details = None
     headers: dict[str, str] = {}
+    if _client_left(exc):
+        exc = ClientClosed()
     if isinstance(exc, OSError) and exc.errno in NO_SPACE:
         log.warning("request %s: %s", request_id, exc)  # the operator's to fix: said once, without a traceback
         exc = InsufficientStorage.of(exc)
@@ -315,6 +318,14 @@ def _validation_message(first: Mapping[str, Any]) -> str:
     return f"the request does not match the API schema: {where}: {first.get('msg', 'invalid')}"
 
 
+def _client_left(exc: BaseException) -> bool:
+    """Whether ``exc`` says the client closed the connection while its body was being read: the body it sent was
+    not malformed (FastAPI reports it as a body it could not parse, a route reading the body itself as an error of
+    its own), so it is a 499, not a 422 or a 500."""
+    return isinstance(exc, ClientDisconnect) or (isinstance(exc, StarletteHTTPException)
+                                                 and isinstance(exc.__cause__, ClientDisconnect))
+
+
 def _unreadable_body(exc: BaseException) -> bool:
     """Whether ``exc`` is FastAPI's answer to a body its JSON parser raised on (other than a syntax error, which is
     a 422 already): JSON nested deeper than the parser recurses, or bytes that are not UTF-8."""
@@ -346,6 +357,8 @@ def error_type_of(exc: BaseException) -> str:
     """The error type label of an exception (as in ErrorResponse.error)."""
     if isinstance(exc, ServiceError):
         return exc.error
+    if _client_left(exc):
+        return ClientClosed.error
     if isinstance(exc, OSError) and exc.errno in NO_SPACE:
         return InsufficientStorage.error
     if isinstance(exc, RequestValidationError) or _unreadable_body(exc):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import re
 import threading
 import time
 
@@ -508,3 +510,38 @@ def test_a_large_bad_field_is_named_and_its_text_cut_not_quoted_whole(client, bo
     cut = f"{'k' * 100}… (1,000,000 characters)"  # the first 100 characters, and how many there were
     assert cut in error["message"] or cut in str(error["details"]), error
     assert error["details"][0]["loc"][0] == "body"
+
+
+@pytest.mark.parametrize(("method", "path", "writes"), [("POST", "/search", False), ("PUT", "/files/notes.txt", True)])
+async def test_a_client_that_leaves_while_sending_its_body_is_counted_as_gone_not_as_malformed(
+        settings_for, write_settings, async_serve, method, path, writes):
+    """A client that closes the connection half-way through its body sent nothing malformed: the request is a 499
+    ``client_closed`` in the metrics and the access line (was: a search a 422 ``validation_error`` "not JSON that
+    can be read", counted among the clients' malformed requests; a file upload a 500 ``internal_error`` with a
+    traceback logged), and the searches beside it are answered."""
+    app = create_app(write_settings() if writes else settings_for())
+    async with async_serve(app) as client:
+        client.headers["X-API-Key"] = "key"
+        body = b'{"query": "who built the castle?"}'
+        received = iter([{"type": "http.request", "body": body[:10], "more_body": True}, {"type": "http.disconnect"}])
+
+        async def receive():
+            return next(received)
+
+        sent = []
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
+                 "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                             (b"x-api-key", b"key")],
+                 "client": ("127.0.0.1", 50000), "server": ("test", 80)}
+        beside = asyncio.create_task(client.post("/search", json={"query": "who built the castle?"}))
+        await app(scope, receive, send)
+        assert (await beside).status_code == 200
+        assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [499]
+        metrics = (await client.get("/metrics")).text
+    assert f'spanseek_errors_total{{route="{path if not writes else "/files/{name}"}",type="client_closed"}} 1.0' in metrics
+    assert not re.search(r'errors_total\{[^}]*type="(validation_error|internal_error)"\} [1-9]', metrics)
