@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -109,17 +110,31 @@ class ServiceState:
         self.search_info: dict[str, Any] = {}  # modes and fusion defaults, for /info
         self.overlap = "off"  # what the pipeline setting resolved to once the encoder's device is known
         self.cost = CostModel({"passage": 1, "doc": 1}, settings.default_top_k)  # of the served index (_describe)
+        self.workers: list[threading.Thread] = []  # the threads of its pools (``pool``), once started
         # One worker: the question encoder runs in this thread only (also the warm-up and the loading), and so does
         # faiss unless the pipeline gives the search step its own thread.
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spanseek-encode")
+        self.executor = self.pool("spanseek-encode")
         # pipeline: the index search step gets its own thread (faiss is used from that thread only)
-        self.search_executor = (ThreadPoolExecutor(max_workers=1, thread_name_prefix="spanseek-search")
-                                if settings.pipeline != "off" else None)
+        self.search_executor = self.pool("spanseek-search") if settings.pipeline != "off" else None
         self.reloader = IndexReloader(self, reopener)
         self.factory: SearcherFactory = default_searcher_factory  # what load() opened the first index with
         self.live: LiveWrites | None = None  # live writes (settings.writes), once loaded
         # the rankings of paging cursors: the app's, so that a reload or a write leaves them as they were searched
         self.cursors = Cursors(settings.cursor_cache_bytes, settings.cursor_ttl_s)
+
+    def pool(self, name: str) -> ThreadPoolExecutor:
+        """A pool of one thread named ``name``, counted in ``workers`` once it starts."""
+        return ThreadPoolExecutor(max_workers=1, thread_name_prefix=name,
+                                  initializer=lambda: self.workers.append(threading.current_thread()))
+
+    def unfinished(self, wait_s: float) -> list[str]:
+        """After ``close``: the names of its threads still running a job ``wait_s`` seconds from now (each idle one
+        ends at once). A load or reload of the index under way when the server stopped runs on until its index is read
+        (minutes for a large one), and nothing waits for it any more."""
+        deadline = time.monotonic() + wait_s
+        for thread in self.workers:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return [thread.name for thread in self.workers if thread.is_alive()]
 
     async def load(self, factory: SearcherFactory) -> None:
         """Load the searcher, warm it up, start the batcher, then report ready (or failed, with the reason).

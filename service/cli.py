@@ -218,7 +218,7 @@ def _serve(args: argparse.Namespace) -> int:
     from spanseek.core.model import model_name
     from spanseek.service.app import create_app
     from spanseek.service.logs import logging_config
-    from spanseek.service.server import bind_sockets, server_config
+    from spanseek.service.server import bind_sockets, exit_past_unfinished_work, server_config
     from spanseek.service.tracing import provider_from_environment
 
     # a mistyped variable is often why a setting is missing or not what was meant (SPANSEEK_INDX: no index), so it is
@@ -258,6 +258,8 @@ def _serve(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGTERM, previous)
         for sock in sockets:
             sock.close()
+    if main_thread:  # the process ends here: not after a load of the index nobody waits for
+        exit_past_unfinished_work(config.app)
     return 0
 
 

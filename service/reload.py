@@ -82,6 +82,8 @@ class ServiceState(Protocol):
 
     def swap_searcher(self, searcher: Searcher, resolved: Resolved) -> None: ...
 
+    def pool(self, name: str) -> ThreadPoolExecutor: ...
+
 log = logging.getLogger("spanseek.service.reload")
 
 # (settings, index directory, searcher now served) -> a searcher over that directory for the same model
@@ -154,7 +156,7 @@ class IndexReloader:
         self.signature: Signature | None = None  # of the path when the served index was loaded
         self._failed: Signature | None = None  # the watcher does not retry a switch that already failed
         self._lock = asyncio.Lock()
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spanseek-reload")
+        self.executor = state.pool("spanseek-reload")
         self.reloads = 0
         self.failures = 0
         self.last: dict[str, Any] | None = None  # the last attempt: when, outcome, error

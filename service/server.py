@@ -21,8 +21,9 @@ read it. The protocol below adds, per connection:
   waiting.
 
 Bodies are also timed in the ASGI middleware (service/middleware.py, 408). ``spanseek serve`` binds its address
-first (``bind_sockets``: a port in use is one error line before anything loads) and runs
-``uvicorn.Server(server_config(app, settings)).run(sockets=...)``.
+first (``bind_sockets``: a port in use is one error line before anything loads), runs
+``uvicorn.Server(server_config(app, settings)).run(sockets=...)``, and once it has stopped exits without waiting
+for a load of the index still under way (``exit_past_unfinished_work``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import logging
+import os
 import shlex
 import socket
 import struct
@@ -51,6 +53,7 @@ LINGER_S = 2.0  # how long the rest of an unread body may take once the answer i
 HOLD_POLL_S = 0.01  # first look at a held connection's unsent answer; the interval doubles up to HOLD_POLL_MAX_S
 HOLD_POLL_MAX_S = 1.0
 BODY_GRACE_S = 1.0  # the request deadline's margin over body_timeout_s (the middleware answers 408 at that time)
+WORKER_EXIT_WAIT_S = 2.0  # how long a stopped server waits for its threads' last jobs before it exits without them
 
 
 class SpanseekH11Protocol(H11Protocol):
@@ -226,6 +229,20 @@ def server_config(app: FastAPI, settings: Settings, log_level: str = "info") -> 
         # given, so uvicorn's default (believe 127.0.0.1, or its FORWARDED_ALLOW_IPS variable) never applies
         proxy_headers=bool(settings.forwarded_allow_ips), forwarded_allow_ips=list(settings.forwarded_allow_ips),
     )
+
+
+def exit_past_unfinished_work(app: object, wait_s: float = WORKER_EXIT_WAIT_S) -> None:
+    """Once the server has stopped: end the process at once (status 0) when a thread of the app still runs a job
+    ``wait_s`` later, a load or reload of the index nobody waits for any more. Python would otherwise wait for that
+    thread before exiting: a server stopped while it read a large index exited only once it had read it all (a
+    minute or more, far past the stop's grace time, until the orchestrator killed it). Writes are durable by then:
+    the app's shutdown closed the live store. Returns when every thread has ended."""
+    service = getattr(getattr(app, "state", None), "service", None)
+    busy = service.unfinished(wait_s) if service is not None else []
+    if busy:
+        log.warning("stopped; not waiting for %s, still loading: exiting", ", ".join(busy))
+        logging.shutdown()  # (os._exit flushes nothing itself)
+        os._exit(0)
 
 
 UVICORN_DEFAULTS = {"host": "127.0.0.1", "port": 8000}  # what uvicorn listens on without --host / --port
