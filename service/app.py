@@ -348,6 +348,12 @@ class ServiceState:
         if self.settings.index_poll_s > 0 and not self.settings.writes and not loading.cancelled():
             await self.reloader.watch(self.settings.index_poll_s)
 
+    def stopping(self) -> None:
+        """The server has begun to stop (``spanseek serve``: service.server), answering the requests it holds: a
+        reload under way is abandoned (the index served stays), its callers answered 503 at once instead of held for
+        the stop's whole grace time, then cancelled with a 500."""
+        self.reloader.abandon()
+
     async def close(self) -> None:
         """Stop the batcher and the worker threads."""
         self.metrics.ready.set(0)

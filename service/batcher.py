@@ -71,7 +71,7 @@ from spanseek.core.params import SearchParams, SearchParamsError
 from spanseek.core.plan import StageTimes
 from spanseek.core.search import Searcher
 from spanseek.core.text import has_text
-from spanseek.service.errors import NotReady
+from spanseek.service.errors import SHUTTING_DOWN, NotReady
 from spanseek.service.fairness import FairQueue
 from spanseek.service.logs import logging_for, request_id_var, with_request_ids
 from spanseek.service.metrics import ServiceMetrics
@@ -372,7 +372,7 @@ class MicroBatcher:
                     await task
         for item in [*self._inflight, *self._pending.clear()]:
             if not item.future.done():
-                item.future.set_exception(NotReady("the service is shutting down"))
+                item.future.set_exception(NotReady(SHUTTING_DOWN))
         self._set_depth(0)
 
     def check_would_admit(self, client: str = "-") -> None:

@@ -171,6 +171,9 @@ class NotReady(ServiceError, status=503, error="not_ready"):
     default_message, default_headers = "the model and index are still loading", {"Retry-After": "5"}
 
 
+SHUTTING_DOWN = "the service is shutting down"  # NotReady's message for what the server does not finish as it stops
+
+
 class ReaderUnavailable(ServiceError, status=503, error="reader_unavailable"):
     """``PUT``/``POST /files/{name}`` when the process that reads uploaded files could not start: the server's fault,
     not the file's (the message says why; the log too), and the next upload tries to start it again."""

@@ -41,7 +41,7 @@ from spanseek.core.params import UNITS, SearchParams
 from spanseek.core.phrase_index import MANIFEST, Manifest
 from spanseek.core.search import Searcher
 from spanseek.service.batcher import encode_batch, search_batch
-from spanseek.service.errors import NotReady, ReloadFailed, ReloadThrottled
+from spanseek.service.errors import SHUTTING_DOWN, NotReady, ReloadFailed, ReloadThrottled
 from spanseek.service.heap import settle
 from spanseek.service.settings import Settings
 
@@ -164,6 +164,7 @@ class IndexReloader:
         self._running: tuple[Path, asyncio.Task] | None = None  # the reload on request under way, shared
         self._next = -float("inf")  # monotonic time from which the next reload on request may start
         self._ended, self._last_outcome = -float("inf"), "ended"  # when the last reload on request ended, and how
+        self._abandoned = False  # the server is stopping: no reload is waited for (``abandon``)
 
     def describe(self) -> dict[str, Any]:
         """Counters, the attempt under way (None when none is) and the last one ended, for /info."""
@@ -174,6 +175,8 @@ class IndexReloader:
         """``reload`` for a caller: joins the reload of the same path under way, else starts one unless the last
         ended less than ``reload_min_interval_s`` ago, or the last failed one less than its own length ago
         (ReloadThrottled, 429). The reload goes on if the caller leaves."""
+        if self._abandoned:
+            raise NotReady(SHUTTING_DOWN)
         # absolute, as the served path is: one index named relative or not is one reload
         target = Path(path if path is not None else self.path).absolute()
         if self._running is not None and self._running[0] != target:
@@ -188,7 +191,13 @@ class IndexReloader:
             task = asyncio.get_running_loop().create_task(self.reload(target, reason), name="spanseek-reload")
             task.add_done_callback(functools.partial(self._ended_now, started=time.monotonic()))
             self._running = (target, task)
-        return await asyncio.shield(self._running[1])
+        running = self._running[1]
+        try:
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            if self._abandoned and running.cancelled():
+                raise NotReady(f"{SHUTTING_DOWN}: the reload was abandoned, the index served is unchanged") from None
+            raise
 
     def _ended_now(self, task: asyncio.Task, started: float) -> None:
         now = time.monotonic()
@@ -315,8 +324,16 @@ class IndexReloader:
             except (ReloadFailed, NotReady):
                 pass  # logged and counted; the watcher tries again when the alias changes again
 
+    def abandon(self) -> None:
+        """The server is stopping: the reload under way is cancelled (its callers get NotReady; the thread reading its
+        index is not waited for: service.server), and none starts from now on."""
+        self._abandoned = True
+        if self._running is not None:
+            self._running[1].cancel()
+
     def close(self) -> None:
-        """Stop the reload thread."""
+        """Abandon the reload under way and stop the reload thread."""
+        self.abandon()
         self.executor.shutdown(wait=False, cancel_futures=True)
 
 

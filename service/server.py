@@ -63,6 +63,7 @@ class SpanseekH11Protocol(H11Protocol):
     body_timeout_s: float = 30.0
     write_timeout_s: float = 30.0
     on_cut: Callable[[str], None] | None = None  # told why each connection is cut off (ServiceMetrics.count_cut)
+    on_stop: Callable[[], None] | None = None  # told when the server begins to stop (ServiceState.stopping)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -129,6 +130,13 @@ class SpanseekH11Protocol(H11Protocol):
             except (OSError, ValueError):  # not a TCP socket (tests), or closed
                 pass
         return unsent
+
+    def shutdown(self) -> None:
+        """The server begins to stop (uvicorn calls this for every open connection): the app is told first, so that
+        what would hold the connection past the stop's grace time for nothing (a reload) answers at once."""
+        if self.on_stop is not None:
+            self.on_stop()
+        super().shutdown()
 
     def pause_writing(self) -> None:
         super().pause_writing()
@@ -205,12 +213,14 @@ class SpanseekH11Protocol(H11Protocol):
             self.on_cut(reason)
 
 
-def protocol_class(settings: Settings, on_cut: Callable[[str], None] | None = None) -> type[SpanseekH11Protocol]:
+def protocol_class(settings: Settings, on_cut: Callable[[str], None] | None = None,
+                   on_stop: Callable[[], None] | None = None) -> type[SpanseekH11Protocol]:
     """The protocol class with the settings' deadlines (uvicorn instantiates the class per connection); ``on_cut``
-    is told the reason of each connection cut off."""
+    is told the reason of each connection cut off, ``on_stop`` when the server begins to stop."""
     return type("SpanseekH11Protocol", (SpanseekH11Protocol,), {
         "header_timeout_s": settings.header_timeout_s, "body_timeout_s": settings.body_timeout_s,
         "write_timeout_s": settings.write_timeout_s, "on_cut": staticmethod(on_cut) if on_cut else None,
+        "on_stop": staticmethod(on_stop) if on_stop else None,
     })
 
 
@@ -220,11 +230,12 @@ def server_config(app: FastAPI, settings: Settings, log_level: str = "info") -> 
     from the settings."""
     service = getattr(getattr(app, "state", None), "service", None)  # the cut-off connections go to its metrics
     on_cut = service.metrics.count_cut if service is not None else None
+    on_stop = service.stopping if service is not None else None
     # One process: the micro-batcher batches across all requests of its process; scale with replicas instead.
     # The logging of service.logs (text or JSON, request ids); its middleware writes the access lines, with durations.
     return uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=log_level, workers=1, timeout_graceful_shutdown=10,
-        timeout_keep_alive=settings.keep_alive_s, http=protocol_class(settings, on_cut),
+        timeout_keep_alive=settings.keep_alive_s, http=protocol_class(settings, on_cut, on_stop),
         log_config=logging_config(settings.log_format, log_level), access_log=False,
         # given, so uvicorn's default (believe 127.0.0.1, or its FORWARDED_ALLOW_IPS variable) never applies
         proxy_headers=bool(settings.forwarded_allow_ips), forwarded_allow_ips=list(settings.forwarded_allow_ips),

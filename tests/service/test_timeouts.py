@@ -22,13 +22,17 @@ def _free_port() -> int:
 
 
 @contextmanager
-def spanseek_server(settings, wrap=None) -> Iterator[tuple[str, int]]:
-    """The app under the server config of `spanseek serve` (with its protocol), in a thread; ``wrap(app)``, when
-    given, is served instead of the app."""
+def spanseek_server(settings, wrap=None, servers: list[uvicorn.Server] | None = None,
+                    **app_options) -> Iterator[tuple[str, int]]:
+    """The app (``create_app(settings, **app_options)``) under the server config of `spanseek serve` (with its
+    protocol), in a thread; ``wrap(app)``, when given, is served instead of the app; ``servers``, when given, gets
+    the uvicorn server."""
     import httpx
 
-    app = create_app(settings)
+    app = create_app(settings, **app_options)
     server = uvicorn.Server(server_config(wrap(app) if wrap else app, settings, "warning"))
+    if servers is not None:
+        servers.append(server)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60
@@ -270,3 +274,39 @@ def test_an_answer_says_how_long_its_connection_is_kept_idle(settings_for):
                 data, _ = _read_until_closed(sock, 5)
             head = data.split(b"\r\n\r\n", 1)[0].lower()
             assert head.startswith(b"http/1.1 200") and b"keep-alive" not in head, data
+
+
+def test_a_reload_under_way_when_the_server_stops_is_answered_503_at_once(settings_for, tiny_index):
+    """The server stops (SIGTERM) while a reload reads its index: the reload's caller gets 503 "shutting down" at
+    once and the server stops, where the stop waited its whole grace time (10 s) for the reload, then cancelled the
+    request: a 500 "Internal Server Error" in plain text and a traceback in the log."""
+    import httpx
+
+    entered, gate = threading.Event(), threading.Event()
+
+    def reopen_slowly(settings, index_dir, current):
+        entered.set()
+        gate.wait(30)
+        return current
+
+    settings = settings_for(port=_free_port(), api_key="key")
+    servers: list[uvicorn.Server] = []
+    answers: list[tuple[httpx.Response, float]] = []
+
+    def reload() -> None:
+        r = httpx.post(f"http://{settings.host}:{settings.port}/admin/reload", headers={"X-API-Key": "key"}, timeout=30)
+        answers.append((r, time.monotonic()))
+
+    try:
+        with spanseek_server(settings, servers=servers, searcher_reopener=reopen_slowly):
+            caller = threading.Thread(target=reload)
+            caller.start()
+            assert entered.wait(30)
+            stopped = time.monotonic()
+            servers[0].should_exit = True
+            caller.join(30)
+    finally:
+        gate.set()
+    [(r, at)] = answers
+    assert r.status_code == 503 and r.json()["error"] == "not_ready" and "shutting down" in r.json()["message"]
+    assert at - stopped < 5  # not the stop's 10 s grace time
