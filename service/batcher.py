@@ -602,16 +602,17 @@ class MicroBatcher:
             wake.cancel()
 
     def _returning_clients(self, now: float) -> set[str]:
-        """Clients with nothing queued that are in flight or were answered in the last ``fair_wait``."""
+        """Clients with nothing queued that are in flight (and still wait) or were answered in the last
+        ``fair_wait``."""
         queued = {item.client for item in self._pending if item.live()}
         recent = {c for c, t in self._answered.items() if now - t < self.fair_wait}
-        return ({item.client for item in self._inflight} | recent) - queued
+        return ({item.client for item in self._inflight if item.live()} | recent) - queued
 
     def _returning_until(self, client: str, now: float) -> float | None:
         """Until when another client than ``client``, with nothing queued, may be about to ask again: ``inf`` while
         one is in flight, else the last answer of one within ``fair_wait`` plus ``fair_wait``; None when none."""
         queued = {item.client for item in self._pending if item.live()}
-        if any(item.client != client and item.client not in queued for item in self._inflight):
+        if any(item.client != client and item.client not in queued and item.live() for item in self._inflight):
             return math.inf
         recent = [t for c, t in self._answered.items() if c != client and c not in queued and now - t < self.fair_wait]
         return max(recent) + self.fair_wait if recent else None
@@ -761,9 +762,9 @@ class MicroBatcher:
         self._forget(batch)
         size = sum(len(p.questions) for p in batch)
         now = time.monotonic()
-        if self.fair_wait > 0:
+        if self.fair_wait > 0:  # the clients answered now may ask again at once (not those that left meanwhile)
             self._answered = {c: t for c, t in self._answered.items() if now - t < self.fair_wait}
-            self._answered.update((item.client, now) for item in batch)
+            self._answered.update((item.client, now) for item in batch if item.live())
         # the time this batch held the pipeline: with two batches in flight, since the previous one finished
         if not self._learning_paused:
             self.observe_batch(sum(p.cost for p in batch) if taken is None else taken,

@@ -236,3 +236,18 @@ async def test_a_write_step_waiting_for_a_queued_search_runs_as_soon_as_that_cli
     finally:
         await batcher.stop()
         executor.shutdown(wait=True)
+
+
+async def test_a_client_that_left_during_its_batch_is_not_waited_for_as_if_it_would_ask_again(blocked_batcher,
+                                                                                               until):
+    """A client answered a moment ago may ask again at once, so work ahead of its turn (and a write step) waits up to
+    ``fair_wait_ms`` for it. A client that left while its batch ran was not answered: it was waited for all the same
+    (a write step here held 5 s, its whole ``fair_wait``, for the client that had left). Now nobody waits for it."""
+    batcher, encoder = await blocked_batcher(fair_wait_ms=5000, write_wait_ms=5000)
+    gone = await occupy(batcher, encoder, until)
+    gone.cancel()  # its client leaves while its batch is encoded
+    await asyncio.sleep(0.05)
+    encoder.gate.set()
+    await until(lambda: not batcher._inflight)
+    assert await asyncio.wait_for(batcher.run_write_step(lambda: "written"), 1.0) == "written"
+    await batcher.stop()
