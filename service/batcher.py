@@ -589,7 +589,21 @@ class MicroBatcher:
                     break
             batch = self._take()
             if batch:
-                await (self._execute(batch) if self.search_executor is None else self._encode_then_hand_over(batch))
+                with self._failing_alone(batch):
+                    await (self._execute(batch) if self.search_executor is None else self._encode_then_hand_over(batch))
+
+    @contextlib.contextmanager
+    def _failing_alone(self, batch: list[_Pending]) -> Iterator[None]:
+        """A fault of the batcher's own while it runs or answers ``batch`` (its steps' failures are the requests',
+        handled apart) fails that batch's requests not yet answered (500, logged) and no other, and the queue owner
+        goes on: had it ended, those requests would wait forever and every later search would be refused (503)."""
+        try:
+            yield
+        except Exception as e:
+            if unanswered := [item for item in batch if not item.future.done()]:
+                self._fail(unanswered, e)
+            else:
+                log.error("answering a batch failed", exc_info=e)
 
     async def _search_done_or_full_batch(self) -> None:
         """Wait while a batch is being searched, unless a full batch is waiting (then overlap with it). Work held
@@ -718,7 +732,8 @@ class MicroBatcher:
         except Exception as e:
             self._fail(batch, e)
             return
-        self._resolve(batch, outcomes, t, started, taken)
+        with self._failing_alone(batch):
+            self._resolve(batch, outcomes, t, started, taken)
 
     def _fail(self, batch: list[_Pending], error: Exception) -> None:
         """Fail these requests (a 500; a 400 for a request that became invalid as the index changed), not the batcher."""

@@ -170,3 +170,41 @@ async def test_a_filter_whose_field_goes_between_its_check_and_its_batch_is_a_40
     assert answered.status_code == 200, answered.text
     assert refused.status_code == 400 and "filter field 'lang': no document has it" in refused.json()["message"]
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize("pipeline", [False, True])
+async def test_a_fault_in_the_batchers_own_bookkeeping_fails_its_batch_and_the_batcher_goes_on(tiny_searcher, pipeline):
+    """An exception the batcher raises itself while answering a batch (here its metrics, once) fails that batch's
+    requests (a 500, logged) and the next batch is answered. Before, the batcher's task ended on it: that batch's
+    requests waited forever and every later search got 503 while /ready said 200 (with the pipeline, the batch's
+    requests waited forever)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from spanseek.service.batcher import MicroBatcher
+    from spanseek.service.metrics import ServiceMetrics
+
+    metrics = ServiceMetrics()
+    faults = [RuntimeError("a fault of the batcher's own")]
+    observe = metrics.observe_batch
+
+    def observe_once_failing(*args):
+        if faults:
+            raise faults.pop()
+        observe(*args)
+
+    metrics.observe_batch = observe_once_failing
+    executors = [ThreadPoolExecutor(1) for _ in range(2)]
+    batcher = MicroBatcher(tiny_searcher, executors[0], max_batch_size=4, max_wait_ms=1, max_queue=64,
+                           metrics=metrics, search_executor=executors[1] if pipeline else None)
+    batcher.start()
+    try:
+        with pytest.raises(RuntimeError, match="own"):
+            await asyncio.wait_for(batcher.submit(["who built the castle?"], SearchParams("phrase", 2)), 10)
+        outcome = await asyncio.wait_for(batcher.submit(["who built the bridge?"], SearchParams("phrase", 2)), 10)
+        want = tiny_searcher.search(["who built the bridge?"], SearchParams("phrase", 2))[0]
+        assert [(h.passage_id, h.start) for h in outcome.hits[0]] == [(h.passage_id, h.start) for h in want]
+        assert batcher.depth == 0 and not batcher._inflight
+    finally:
+        await batcher.stop()
+        for executor in executors:
+            executor.shutdown(wait=True)
