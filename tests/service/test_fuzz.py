@@ -1,4 +1,5 @@
-"""OpenAPI fuzzing (schemathesis) against the service on loopback: no input may produce a 5xx.
+"""OpenAPI fuzzing (schemathesis) against the service on loopback: no input may produce a 5xx; and any body sent
+beside a good request (hypothesis; slow) leaves the good request's hits as they are alone.
 
 Bounded: a fixed number of generated cases per operation (positive and negative data), so it runs in seconds
 on the tiny index. Driven through hypothesis directly (schemathesis' pytest fixture loader needs pytest < 9).
@@ -7,6 +8,7 @@ on the tiny index. Driven through hypothesis directly (schemathesis' pytest fixt
 from __future__ import annotations
 
 import httpx
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
@@ -53,3 +55,52 @@ def test_no_input_gives_a_server_error(settings_for, tiny_searcher, live):
     print("status counts:", seen)
     assert seen.get(200, 0) > 0 and any(400 <= s < 500 for s in seen), seen  # it reached both outcomes
 
+
+def _bodies():
+    """Request bodies as the internet sends them: raw bytes, any JSON, and requests of the right shape whose questions
+    hold anything (NUL, control characters, lone surrogates written as JSON escapes, long runs)."""
+    import json
+
+    from hypothesis import strategies as st
+
+    text = st.text(st.characters(codec=None, exclude_categories=()), max_size=40)
+    questions = st.one_of(text, st.just("\\ud800"), st.builds(lambda c, n: c * n, text, st.integers(0, 200)))
+    shaped = st.builds(lambda q, k: json.dumps({"query": q, "top_k": k}, ensure_ascii=bool(k % 2)).encode(
+        "utf-8", "surrogatepass").replace(b"\\\\ud800", b"\\ud800"), questions, st.integers(1, 4))
+    values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | text,
+                          lambda inner: st.lists(inner, max_size=4) | st.dictionaries(text, inner, max_size=4),
+                          max_leaves=12)
+    return st.one_of(st.binary(max_size=200), values.map(lambda v: json.dumps(v).encode()), shaped)
+
+
+@pytest.mark.slow
+def test_any_body_beside_a_good_request_in_one_batch_leaves_the_good_ones_hits_as_they_are_alone(
+        settings_for, tiny_searcher, serve):
+    """Each generated body is sent at the same time as a good request (a 100 ms batching window: they share a batch
+    whenever the body is a search): the body gets a 4xx in the one error shape or a 200, never a 5xx, and the good
+    request's hits are its hits alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    good = {"query": "who built the castle?", "top_k": 3}
+    app = create_app(settings_for(max_wait_ms=100, max_batch_size=8), lambda s: tiny_searcher)
+    seen: dict[int, int] = {}
+    shared: list[bool] = []  # whether the good request's batch held the body's questions too
+    with serve(app) as client, ThreadPoolExecutor(2) as pool:
+        alone = client.post("/search", json=good).json()["results"][0]["hits"]
+
+        @given(body=_bodies())
+        @settings(max_examples=40, deadline=None, derandomize=True, database=None,
+             suppress_health_check=list(HealthCheck))
+        def beside(body: bytes) -> None:
+            sent = pool.submit(client.post, "/search", content=body, headers={"content-type": "application/json"})
+            answer = client.post("/search", json=good)
+            r = sent.result()
+            seen[r.status_code] = seen.get(r.status_code, 0) + 1
+            shared.append(int(answer.headers["X-Spanseek-Batch-Size"]) > 1)
+            assert r.status_code < 500 and r.status_code in (200, 400, 413, 415, 422), (body, r.text[:300])
+            if r.status_code >= 400:
+                assert {"error", "message", "request_id"} <= set(r.json())
+            assert answer.status_code == 200 and answer.json()["results"][0]["hits"] == alone
+
+        beside()
+    assert seen.get(200, 0) > 0 and seen.get(422, 0) > 0 and any(shared), seen  # shared batches, and refusals
