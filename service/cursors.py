@@ -57,19 +57,25 @@ class Cursors:
         self.nbytes = 0
         self._lock = threading.Lock()
 
-    def keep(self, ranking: Ranking) -> str | None:
-        """The cursor of ``ranking``'s first hit (None when it has none, or rankings are not kept)."""
+    def cursor(self, ranking: Ranking) -> str | None:
+        """A new cursor for ``ranking``'s first hit, which ``keep`` then keeps (None when it has none, or rankings are
+        not kept). Named apart from keeping it, so that an answer refused once made (over ``max_response_bytes``)
+        keeps no ranking that no client can page, and pushes out none that one is paging."""
         if not ranking.hits or self.max_bytes == 0 or self.ttl_s == 0:
             return None
-        key = secrets.token_urlsafe(16)
+        return f"{secrets.token_urlsafe(16)}.0"
+
+    def keep(self, cursor: str | None, ranking: Ranking) -> None:
+        """Keep ``ranking`` for its ``cursor`` (as ``cursor`` gave it; None: nothing to keep)."""
+        if cursor is None:
+            return
         with self._lock:
-            self._kept[key] = (ranking, self.clock() + self.ttl_s)
+            self._kept[cursor.partition(".")[0]] = (ranking, self.clock() + self.ttl_s)
             self.nbytes += ranking.nbytes
             self._drop_old()
-        return f"{key}.0"
 
     def page(self, cursor: str, top_k: int | None) -> tuple[Ranking, list[Hit], str | None]:
-        """The ranking of ``cursor`` (as ``keep`` or this method gave it), its next ``top_k`` hits (default: the
+        """The ranking of ``cursor`` (as ``cursor`` or this method gave it), its next ``top_k`` hits (default: the
         first page's size) and the cursor after them (None at its end); CursorExpired when it is no longer kept.
         The ranking is kept ``ttl_s`` longer."""
         key, _, at = cursor.partition(".")

@@ -546,8 +546,11 @@ async def search(
     for q, whole, found in zip(questions, given, outcome.hits, strict=True):
         no_answer = getattr(found, "no_answer", False)
         rest = Ranking(unit, q, len(whole) > len(q), found[top_k:], top_k, context)
-        pages.append((rest, found[:top_k], no_answer, None if no_answer else state.cursors.keep(rest)))
-    return search_response(request, unit, pages, timings, warnings)
+        pages.append((rest, found[:top_k], no_answer, None if no_answer else state.cursors.cursor(rest)))
+    answer = search_response(request, unit, pages, timings, warnings)
+    for rest, _, _, after in pages:  # kept once the answer is made: one refused as too large keeps none
+        state.cursors.keep(after, rest)
+    return answer
 
 
 def next_page(request: Request, cursor: str, top_k: int | None, unit: Unit | None, t0: float) -> Response:

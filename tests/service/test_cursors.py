@@ -165,20 +165,41 @@ def test_a_cursor_page_s_latency_is_counted_under_its_ranking_s_unit(client):
     assert (count("doc"), count("phrase")) == (doc + 1, phrase)
 
 
+def test_an_answer_refused_as_too_large_keeps_no_ranking(settings_for, tiny_searcher):
+    """A first page refused once made (over max_response_bytes) keeps none of its rankings, which no client could page:
+    they took the budget and pushed out the one being paged (here a budget of one ranking)."""
+    app = create_app(settings_for(max_response_bytes=4096, cursor_cache_bytes=1), lambda s: tiny_searcher)
+    with serving(app) as client:
+        first = client.post("/search?unit=passage", json={"query": QUESTION, "top_k": 1, "rank_window": 3})
+        assert first.status_code == 200, first.text
+        r = client.post("/search?unit=passage", json={"queries": [QUESTION] * 3, "top_k": 4, "rank_window": 9,
+                                                       "full_passage": True})
+        assert r.status_code == 400 and r.json()["error"] == "response_too_large"
+        r = client.post("/search", json={"cursor": first.json()["results"][0]["next"]})
+        assert r.status_code == 200 and len(r.json()["results"][0]["hits"]) == 1
+
+
 def _ranking(n: int, chars: int = 100) -> Ranking:
     hit = Hit(text="x", score=1.0, passage="p" * chars, passage_id=0, start=0, end=1, doc_id="d", title="t")
     return Ranking("passage", "q", False, [hit] * n, 2, None)
 
 
+def kept(cursors: Cursors, ranking: Ranking) -> str | None:
+    """``ranking`` kept, as the route keeps one: its cursor named, then kept; the cursor."""
+    cursor = cursors.cursor(ranking)
+    cursors.keep(cursor, ranking)
+    return cursor
+
+
 def test_rankings_expire_after_their_last_page_and_within_the_byte_budget():
     now = [0.0]
     cursors = Cursors(max_bytes=3 * _ranking(4).nbytes, ttl_s=10, clock=lambda: now[0])
-    a = cursors.keep(_ranking(4))
-    assert a is not None and cursors.keep(_ranking(0)) is None  # nothing to page
+    a = kept(cursors, _ranking(4))
+    assert a is not None and kept(cursors, _ranking(0)) is None  # nothing to page
     now[0] = 8
     _, hits, after = cursors.page(a, None)  # paged: kept 10 s more
     assert len(hits) == 2 and after == a.replace(".0", ".2")
-    b = cursors.keep(_ranking(4))
+    b = kept(cursors, _ranking(4))
     now[0] = 17
     assert len(cursors.page(a, 5)[1]) == 4 and cursors.page(a, 5)[2] is None
     now[0] = 27.5  # b: 10 s after it was kept, a: 10 s after its last page
@@ -186,10 +207,10 @@ def test_rankings_expire_after_their_last_page_and_within_the_byte_budget():
         cursors.page(b, None)
     with pytest.raises(CursorExpired):
         cursors.page(a, None)
-    kept = [cursors.keep(_ranking(4)) for _ in range(4)]  # over the budget: the least recently paged go first
+    newest = [kept(cursors, _ranking(4)) for _ in range(4)]  # over the budget: the least recently paged go first
     assert len(cursors) == 3 and cursors.nbytes == 3 * _ranking(4).nbytes
     with pytest.raises(CursorExpired):
-        cursors.page(kept[0], None)
-    huge = cursors.keep(_ranking(4, chars=10**6))  # alone over the budget: kept, the others dropped
+        cursors.page(newest[0], None)
+    huge = kept(cursors, _ranking(4, chars=10**6))  # alone over the budget: kept, the others dropped
     assert len(cursors) == 1 and cursors.page(huge, None)[1]
-    assert Cursors(0, 10).keep(_ranking(4)) is None and Cursors(10**6, 0).keep(_ranking(4)) is None
+    assert Cursors(0, 10).cursor(_ranking(4)) is None and Cursors(10**6, 0).cursor(_ranking(4)) is None
