@@ -469,7 +469,7 @@ def default_read_below(params: SearchParams, settings: Settings, searcher: Searc
 @router.post(
     "/search", response_model=SearchResponse, tags=["search"],
     dependencies=[Depends(require_api_key), Depends(known_query), Depends(require_json_body)],
-    responses=_errors(400, 401, 413, 415, 422, 429, 503),
+    responses=_errors(400, 401, 410, 413, 415, 422, 429, 503),
 )
 async def search(
     body: SearchRequest,  # type: ignore[valid-type]  # generated from SearchParams (service.schemas)

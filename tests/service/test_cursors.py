@@ -151,6 +151,12 @@ def test_a_cursor_is_refused_naming_what_is_wrong(client):
     assert client.post("/search?unit=doc", json={"cursor": cursor}).status_code == 200
 
 
+def test_the_api_schema_lists_the_410_of_a_cursor_no_longer_kept(client):
+    """/openapi.json names every error of POST /search that a client handles: a generated client learns the 410."""
+    responses = client.get("/openapi.json").json()["paths"]["/search"]["post"]["responses"]
+    assert responses["410"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")
+
+
 def test_a_cursor_page_s_latency_is_counted_under_its_ranking_s_unit(client):
     """A page asked by its cursor alone (no ?unit=) is a request of its ranking's unit in the latency histogram (it
     was counted as a phrase search, its near-zero latency lowering the phrase unit's quantiles)."""
