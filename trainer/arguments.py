@@ -391,8 +391,8 @@ class ReaderTrainConfig(JobOptions):
                                        "several, comma-separated, teach the mean of their log-probabilities")
     teacher_cache: str | None = option(None, "where the teacher's logits are kept (default: OUT/teacher-cache, "
                                              "OUT/teacher-cache-N for the N-th of several); a killed fill resumes")
-    lambda_kl: float = option(0.0, "weight of the distillation term: KL from the --teacher's start/end "
-                                   "distributions over each window's passage tokens (0 = off)")
+    lambda_kl: float = option(0.0, "weight of the distillation term: KL from the --teacher's distributions over "
+                                   "each window's passage tokens, or spans (--kl-level) (0 = off)")
     kl_temperature: float = option(1.0, "temperature of both distributions in the distillation term")
     kl_level: Literal["tokens", "spans"] = option(
         "tokens", "what the distillation term matches: tokens: the start and the end distributions over the window's "

@@ -13,7 +13,8 @@ groups, each group's terms weighted by λ_group (adding log λ to its logits).
 
 ``teacher`` logits (a cross-attention reader's, trainer.distill) add λ_kl times the KL divergence of the start and
 end distributions from the teacher's (distill_loss), or with ``kl_level`` "spans" of the distribution over the
-window's valid spans (span_distill_loss). ``lambda_span`` > 0 adds λ_span times a span-level term (span_loss): one softmax over every valid in-passage span
+window's valid spans (span_distill_loss, over span_kl, which the reader's ``--kl-level spans`` shares).
+``lambda_span`` > 0 adds λ_span times a span-level term (span_loss): one softmax over every valid in-passage span
 (i, j), j − i < L, scored q_start·h_i + q_end·h_j, exactly what reading comprehension decodes (core.search.best_span),
 where the start and end softmaxes above score the two boundaries separately.
 """
@@ -174,11 +175,22 @@ def span_distill_loss(q_start: torch.Tensor, q_end: torch.Tensor, H: torch.Tenso
     reading comprehension decodes (i <= j < i + L, a possible start and end) whose two tokens the teacher read.
     Where the boundary terms (distill_loss) match the start and the end distributions apart, this matches the
     distribution the decoder picks its answer from."""
+    return span_kl(_in_passage(q_start, H, q_passage), _in_passage(q_end, H, q_passage), teacher,
+                   start_ok[q_passage], end_ok[q_passage], max_answer_tokens, temperature)
+
+
+def span_kl(start: torch.Tensor, end: torch.Tensor, teacher: tuple[torch.Tensor, torch.Tensor],
+            start_ok: torch.Tensor, end_ok: torch.Tensor, max_answer_tokens: int,
+            temperature: float = 1.0) -> torch.Tensor:
+    """KL(teacher ‖ student) of each row's distribution over its spans, times τ², averaged over the rows with a span:
+    student and teacher (R, T) start and end logits, span (i, j) scored start[i] + end[j], over the spans
+    i <= j < i + L with ``start_ok`` at i and ``end_ok`` at j (R, T) whose two tokens the teacher read (its logit
+    above NEG_INF / 2). The phrase model's term (span_distill_loss) and the reader's (``--kl-level spans``)."""
     L = max_answer_tokens
     t_start, t_end = teacher
-    s_ok = start_ok[q_passage] & (t_start > NEG_INF / 2)
-    e_ok = end_ok[q_passage] & (t_end > NEG_INF / 2)
-    student = _spans(_in_passage(q_start, H, q_passage).float(), _in_passage(q_end, H, q_passage).float(), L)
+    s_ok = start_ok & (t_start > NEG_INF / 2)
+    e_ok = end_ok & (t_end > NEG_INF / 2)
+    student = _spans(start.float(), end.float(), L)
     return masked_kl(student, _spans(t_start.float(), t_end.float(), L), _span_ok(s_ok, e_ok, L), temperature)
 
 

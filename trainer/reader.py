@@ -11,7 +11,9 @@ does), keeps a reader every ``snapshot_every`` steps in ``OUT/snapshots`` (to av
 average``) and ends by reading ``val_questions`` held-out questions from their gold passages.
 With ``--teacher`` (a stronger reader, or a complete teacher cache of one: ``bench/gpu/teacher_cache.py fill --for
 reader``) each step adds ``lambda_kl`` times the KL divergence of the start and end distributions over the window's
-passage tokens from the teacher's (trainer.distill, the teacher's logits read once into a cache).
+passage tokens from the teacher's (trainer.distill, the teacher's logits read once into a cache), or with
+``--kl-level spans`` of the distribution over the window's spans of at most ``max_answer_tokens`` tokens
+(``reader_kl``).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from spanseek.trainer.checkpoints import (
 from spanseek.trainer.data import answered, load_training, training_questions
 from spanseek.trainer.distill import check_teacher, reader_teacher_tensors, reader_windows, teacher_cache
 from spanseek.trainer.dropout import fast_dropout
-from spanseek.trainer.losses import NEG_INF, masked_kl
+from spanseek.trainer.losses import NEG_INF, masked_kl, span_kl
 from spanseek.trainer.progress import Progress
 from spanseek.trainer.rundir import (
     TRAIN_CONFIG,
@@ -139,6 +141,19 @@ def length_batches(lengths: np.ndarray, size: int, seed: int) -> list[np.ndarray
         batches += [chunk[j:j + size] for j in range(0, len(chunk), size)]
     rng.shuffle(batches)  # type: ignore[arg-type]
     return batches
+
+
+def reader_kl(start: torch.Tensor, end: torch.Tensor, teacher: tuple[torch.Tensor, torch.Tensor],
+              valid: torch.Tensor, cfg: ReaderTrainConfig, max_answer_tokens: int) -> torch.Tensor:
+    """The distillation term of a batch of windows: the student's (B, T) start and end logits against the teacher's
+    (NEG_INF where it read no passage token), over the window's tokens (``valid``, (B, T)). ``kl_level`` tokens: the
+    mean KL of the start and of the end distributions; spans: the KL of the distribution over the spans of at most
+    ``max_answer_tokens`` tokens, the one reading decodes an answer from (``trainer.losses.span_kl``)."""
+    t_start, t_end = teacher
+    if cfg.kl_level == "spans":
+        return span_kl(start, end, teacher, valid, valid, max_answer_tokens, cfg.kl_temperature)
+    valid = valid & (t_start > NEG_INF / 2)
+    return (masked_kl(start, t_start, valid, cfg.kl_temperature) + masked_kl(end, t_end, valid, cfg.kl_temperature)) / 2
 
 
 def init_from(model: ReaderModel, path: Path) -> None:
@@ -258,9 +273,8 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
             if teacher is not None:
                 t_start, t_end = (t.to(device) for t in reader_teacher_tensors(
                     [taught[w] for w in batch], [windows.offsets[w] for w in batch], teacher, ids.shape[1]))
-                valid = (mask > 0) & (t_start > NEG_INF / 2)
-                loss = loss + cfg.lambda_kl * (masked_kl(start, t_start, valid, cfg.kl_temperature) +
-                                               masked_kl(end, t_end, valid, cfg.kl_temperature)) / 2
+                loss = loss + cfg.lambda_kl * reader_kl(start, end, (t_start, t_end), mask > 0, cfg,
+                                                        reader_config.max_answer_tokens)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)

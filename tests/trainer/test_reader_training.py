@@ -8,6 +8,7 @@ import gzip
 import json
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
@@ -349,6 +350,51 @@ def test_a_reader_distils_from_a_teacher_or_its_cache(tiny_squad, tiny_backbone,
                         teacher=str(tmp_path / "read" / "teacher-cache"), lambda_kl=2.0))
     for (t, v), (t0, v0) in zip(seen, read, strict=True):
         assert torch.equal(t, t0) and torch.equal(v, v0)
+
+
+def test_the_reader_distils_the_span_distribution_with_kl_level_spans():
+    """``--kl-level spans``: the KL of the teacher's distribution over each window's spans (i <= j < i + L, both
+    tokens in the window and read by the teacher, scored start[i] + end[j]) from the student's, by brute force; it
+    was accepted and the start and end distributions were distilled apart."""
+    from spanseek.core.reader import MISSING_LOGIT
+    from spanseek.trainer.reader import reader_kl
+
+    g = torch.Generator().manual_seed(3)
+    B, T, L = 3, 10, 4
+    start, end = torch.randn(B, T, generator=g), torch.randn(B, T, generator=g)
+    t_start, t_end = torch.randn(B, T, generator=g) * 2, torch.randn(B, T, generator=g) * 2
+    t_start[:, :3] = t_end[:, :3] = MISSING_LOGIT  # [CLS] and the question: no passage token the teacher read
+    t_end[1, 7:] = MISSING_LOGIT
+    valid = torch.ones(B, T, dtype=torch.bool)
+    valid[2, 8:] = False  # padding
+    for tau in (1.0, 2.0):
+        kls = []
+        for r in range(B):
+            spans = [(i, j) for i in range(T) for j in range(i, min(T, i + L)) if valid[r, i] and valid[r, j]
+                     and t_start[r, i] > MISSING_LOGIT / 2 and t_end[r, j] > MISSING_LOGIT / 2]
+            s = np.array([float(start[r, i] + end[r, j]) for i, j in spans]) / tau
+            u = np.array([float(t_start[r, i] + t_end[r, j]) for i, j in spans]) / tau
+            ps, pt = np.exp(s - s.max()) / np.exp(s - s.max()).sum(), np.exp(u - u.max()) / np.exp(u - u.max()).sum()
+            kls.append(float((pt * np.log(pt / ps)).sum()))
+        cfg = ReaderTrainConfig(train="t", out="o", teacher="x", lambda_kl=1.0, kl_level="spans", kl_temperature=tau)
+        got = reader_kl(start, end, (t_start, t_end), valid, cfg, L)
+        assert got.item() == pytest.approx(np.mean(kls) * tau**2, rel=1e-4)
+        tokens = reader_kl(start, end, (t_start, t_end), valid, dataclasses.replace(cfg, kl_level="tokens"), L)
+        assert tokens.item() != pytest.approx(got.item(), rel=1e-3)
+    assert reader_kl(t_start, t_end, (t_start, t_end), valid, cfg, L).item() == pytest.approx(0, abs=1e-5)
+
+
+def test_a_reader_run_with_kl_level_spans_trains_on_the_span_term(tiny_squad, tiny_backbone, tiny_reader, tmp_path,
+                                                                  monkeypatch):
+    """The run's loss takes the span-level term over spans of the reader's longest answer, not the boundary terms."""
+    from spanseek.trainer import reader as reader_module
+
+    lengths, real = [], reader_module.span_kl
+    monkeypatch.setattr(reader_module, "span_kl", lambda *a: lengths.append(a[5]) or real(*a))
+    monkeypatch.setattr(reader_module, "masked_kl", lambda *a: pytest.fail("the boundary terms were distilled"))
+    train_reader(config(tiny_squad, tiny_backbone, tmp_path / "read", max_steps=2, val_questions=0,
+                        teacher=str(tiny_reader), lambda_kl=2.0, kl_level="spans"))
+    assert lengths == [ReaderTrainConfig.max_answer_tokens] * 2
 
 
 def test_the_teacher_logits_of_a_reader_window_sit_at_its_passage_tokens(tiny_squad, tiny_reader, tmp_path):
