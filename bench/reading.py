@@ -17,7 +17,9 @@ On every question of the file (or a fixed sample of --limit), searched over --in
   as there are questions): read hits' first-hit ECE over both sets together (half unanswerable) at each --priors
   value, and their mean confidence on either set (the passage unit at top_k 1 here).
 
-``--parts`` measures a subset (``--parts with_read`` compares two fits of reading for one reader). ``--read-below T
+``--parts`` measures a subset. ``--readings FILE ...`` compares fits of reading for one reader: the with_read and prior
+parts are measured for the reader's own fit and again for each reading file (``reading.json``), on the same reads
+(every read is remembered, so a file reads nothing anew), under ``readings`` in the output. ``--read-below T
 ...`` adds, for each T, the same quality, the share of questions read and (with the speed part) the q/s with
 ``read_below`` T: only the questions whose best hit without read is less confident than T are read.
 """
@@ -36,6 +38,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 from machine import cpu_name  # noqa: E402  (bench/ is on sys.path when run as a script)
 
+from spanseek.core import reading as reading_module  # noqa: E402
 from spanseek.core.evaluate import sample_questions  # noqa: E402
 from spanseek.core.io import load_squad, squad_questions, write_json_atomic  # noqa: E402
 from spanseek.core.loading import open_searcher  # noqa: E402
@@ -163,6 +166,16 @@ def read_prior(searcher, present, absent, priors: list[float], batch: int) -> di
     return out
 
 
+def absent_questions(args) -> list:
+    """The questions of --absent-questions whose articles --questions does not hold (the index's)."""
+    held = {q.title for q in squad_questions(load_squad(args.questions))}
+    absent = [q for q in squad_questions(load_squad(args.absent_questions)) if q.title not in held]
+    if not absent:
+        raise SystemExit(f"every question of {args.absent_questions} is of an article of {args.questions}: "
+                         "the prior part needs questions whose articles the index does not hold")
+    return absent
+
+
 def right_hit(unit: str, hit, q) -> bool:
     """Whether a first hit is right: the phrase an exact answer, the passage holds one, the question's document."""
     if unit == "phrase":
@@ -190,6 +203,8 @@ def main() -> int:
     ap.add_argument("--runtime", default="auto", choices=["auto", "torch", "onnx"], help="forward passes: auto (ONNX Runtime in fp32 on a CPU), torch or onnx")
     ap.add_argument("--read-below", type=float, nargs="*", default=[], metavar="T",
                     help="also measure read with read_below T (quality, questions read, speed), for each T")
+    ap.add_argument("--readings", nargs="*", default=[], metavar="FILE",
+                    help="reading.json files of --reader to compare on the same reads (with_read and prior parts)")
     ap.add_argument("--parts", default=",".join(PARTS), type=parts_list,
                     help=f"what to measure, comma-separated among {','.join(PARTS)} (default: all)")
     ap.add_argument("--out", required=True)
@@ -213,18 +228,26 @@ def main() -> int:
         result["speed"]["ratio"] = round(result["speed"]["with_read_qps"] / result["speed"]["without_read_qps"], 3)
     if "cost" in parts:
         result["cost"] = read_cost(searcher, questions, args.cost_depths, args.speed_batches, args.batch_size)
-    if "prior" in parts and args.absent_questions:
-        held = {q.title for q in squad_questions(load_squad(args.questions))}
-        absent = [q for q in squad_questions(load_squad(args.absent_questions)) if q.title not in held]
-        if not absent:
-            raise SystemExit(f"every question of {args.absent_questions} is of an article of {args.questions}: "
-                             "the prior part needs questions whose articles the index does not hold")
+    if args.readings:  # every pair read once: each fit scores the reads of the reader's own
+        reading_module.RECENT_READS = 1 << 40
+    absent = absent_questions(args) if "prior" in parts and args.absent_questions else None
+    if absent is not None:
         result["prior"] = read_prior(searcher, questions, sample_questions(absent, len(questions)), args.priors,
                                      args.batch_size)
     if "without_read" in parts:
         result["without_read"] = quality(searcher, questions, False, None, args.batch_size)
     if "with_read" in parts:
         result["with_read"] = quality(searcher, questions, True, args.read_passages, args.batch_size)
+    if args.readings:
+        result["readings"] = {}
+        for path in args.readings:
+            searcher.reading.reading = reading_module.Reading.load(path)
+            got = result["readings"][path] = {}
+            if "with_read" in parts:
+                got["with_read"] = quality(searcher, questions, True, args.read_passages, args.batch_size)
+            if absent is not None:
+                got["prior"] = read_prior(searcher, questions, sample_questions(absent, len(questions)), args.priors,
+                                          args.batch_size)
     for below in args.read_below:  # a question is read only when its search's best hit is below ``below``
         got = result.setdefault("read_below", {})[str(below)] = quality(
             searcher, questions, True, args.read_passages, args.batch_size, below)

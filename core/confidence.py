@@ -172,6 +172,14 @@ def prior_shift(present_logit: np.ndarray, prior: float) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-np.clip(shifted, -50, 50)))
 
 
+def presence_at(logits: tuple[float, float | None] | None, prior: float) -> float:
+    """P(the answer is in the index) at the prior from a hit's (correct, present) log-odds
+    (``Calibrator.first_logits``): 1 without a hit or a presence model."""
+    if logits is None or logits[1] is None:
+        return 1.0
+    return float(prior_shift(np.array([logits[1]]), prior)[0])
+
+
 @dataclass(frozen=True)
 class Calibrator(FittedFile):
     """Per ``"unit/mode"`` (e.g. ``"phrase/hybrid"``) two logistic models and what they were fitted on: ``models``,
@@ -212,23 +220,24 @@ class Calibrator(FittedFile):
         present = self.present.get(key)
         return p if present is None else p * prior_shift(present.logit(x), unanswerable_prior)
 
-    def presence(self, unit: str, mode: str,
-                 questions: Sequence[tuple[Sequence[float], Sequence[float | None], Sequence[float | None],
-                                           Sequence[str]]],
-                 unanswerable_prior: float, keywords: Sequence[bool] | None = None,
-                 rows: Sequence[int] | None = None) -> list[float]:
-        """Per question, P(its answer is in the index) at the prior: the factor of ``predict`` that the prior moves,
-        read at the first hit of its ranked list of ``unit`` ((scores, dense, lexical, texts), best first, at least
-        ``FEATURE_DEPTH`` deep), or at its row in ``rows`` (a filtered search's first hit in the list without the
-        filter). It carries the prior to confidences that another model gives for answers in the index (read hits,
-        ``core.reading``). 1 for a question without hits, and where no presence model was fitted (a version-1
-        file: its one model holds the share of unanswerable lists it was fitted on)."""
+    def first_logits(self, unit: str, mode: str,
+                     questions: Sequence[tuple[Sequence[float], Sequence[float | None], Sequence[float | None],
+                                               Sequence[str]]],
+                     keywords: Sequence[bool] | None = None,
+                     rows: Sequence[int] | None = None) -> list[tuple[float, float | None] | None]:
+        """Per question, the log-odds of the two models at the first hit of its ranked list of ``unit`` ((scores,
+        dense, lexical, texts), best first, at least ``FEATURE_DEPTH`` deep), or at its row in ``rows`` (a filtered
+        search's first hit in the list without the filter): (the hit is correct, the answer is in the index; None where
+        no presence model was fitted, as in a version-1 file, whose one model holds the share of unanswerable lists it
+        was fitted on); None for a question without hits. Read hits take them (``core.reading.judge``): how strong the
+        retrieval is, and ``presence_at`` the prior's share of confidences that assume the answer is in the index."""
         keys = [self.key(unit, mode, bool(k)) for k in (keywords or [False] * len(questions))]
-        out = []
+        out: list[tuple[float, float | None] | None] = []
         for key, q, row in zip(keys, questions, rows or [0] * len(questions), strict=True):
+            x = hit_features(unit, *q)[row:row + 1]
             present = self.present.get(key)
-            x = hit_features(unit, *q)[row:row + 1] if present is not None else np.zeros((0, len(FEATURES)))
-            out.append(float(prior_shift(present.logit(x), unanswerable_prior)[0]) if present and len(x) else 1.0)
+            out.append((float(self.models[key].logit(x)[0]), None if present is None else float(present.logit(x)[0]))
+                       if len(x) else None)
         return out
 
     def key(self, unit: str, mode: str, keywords: bool = False) -> str:

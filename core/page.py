@@ -96,17 +96,17 @@ class Pager:
                                         "model has no calibration for it (or for this fusion and lexical weight): fit "
                                         "one with `spanseek train calibrate`")
 
-    def presence(self, plan: Plan, lists: Sequence[Sequence[Hit]], questions: Sequence[str] | None,
-                 rows: Sequence[int] | None = None) -> list[float] | None:
-        """Per question, P(its answer is in the index) at the plan's prior (``Calibrator.presence``), read in its
-        ranked ``lists`` of the plan's unit, at its first hit or its row in ``rows``: the factor that carries the
-        prior to read hits, whose confidence assumes the answer is there. None where nothing moves: at prior 0, or
-        where the calibrator does not apply to the plan (``shifts``)."""
-        if not self.shifts(plan):
+    def first_logits(self, plan: Plan, lists: Sequence[Sequence[Hit]], questions: Sequence[str] | None,
+                     rows: Sequence[int] | None = None) -> list[tuple[float, float | None] | None] | None:
+        """Per question, the calibrator's log-odds (correct, answer in the index; ``Calibrator.first_logits``) at
+        the first hit of its ranked ``lists`` of the plan's unit, or at its row in ``rows``. None where the
+        calibrator does not apply to the plan (``calibrated``)."""
+        if not self.calibrated(plan):
             return None
         assert self.calibrator is not None
-        return self.calibrator.presence(plan.unit, plan.mode, [scored(hits) for hits in lists], self.prior(plan.params),
-                                        None if questions is None else [is_keyword_query(q) for q in questions], rows)
+        return self.calibrator.first_logits(plan.unit, plan.mode, [scored(hits) for hits in lists],
+                                            None if questions is None else [is_keyword_query(q) for q in questions],
+                                            rows)
 
     def shifts(self, plan: Plan) -> bool:
         """Whether the plan's prior moves confidences read in its ranking: above 0, with a calibrator for it."""

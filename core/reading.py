@@ -5,8 +5,9 @@ top ``read_passages`` units of each question, all pairs of a batch in one batche
 remembered), and keeps each passage's best ``spans_per_passage`` spans. Every read span becomes a candidate with
 the features ``READ_FEATURES`` (the reader's score and margin, how much of the reader's mass and how many passages
 agree on the same answer text, the passage's retrieval score and rank, the span's lead over the reader's "no answer
-here" score in its window), and a logistic model per unit and number of
-passages read, fitted on training questions (``spanseek train fit-reading``, stored as ``reading.json`` in the reader's directory), turns
+here" score in its window, and how strong the whole retrieval is: the log-odds of the first unit retrieved being
+right, by the phrase model's calibrator, as a search without read judges it), and a logistic model per unit and number
+of passages read, fitted on training questions (``spanseek train fit-reading``, stored as ``reading.json`` in the reader's directory), turns
 them into the hit's score (its log-odds) and ``confidence`` (its probability):
 
 - phrase: read spans ranked by that score, spans that read the same (normalised) answer merged into the best one;
@@ -26,7 +27,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from spanseek.core.confidence import FEATURE_DEPTH, FittedFile, LogisticModel, check_header
+from spanseek.core.confidence import FEATURE_DEPTH, FittedFile, LogisticModel, check_header, presence_at
 from spanseek.core.hits import Hit, HitBuilder, Hits, non_overlapping
 from spanseek.core.metrics import normalize_answer
 from spanseek.core.page import Pager
@@ -35,13 +36,16 @@ from spanseek.core.plan import Plan, StageTimes
 from spanseek.core.reader import PassageReader, ReadSpan
 
 READING_NAME = "reading.json"
-READING_VERSION = 2
+READING_VERSION = 3
 RECENT_READS = 4096  # (question, passage) pairs whose spans a stage remembers, the least recently read forgotten
 # first (evaluation reads a pair per unit; a service, the questions asked again and again)
 READ_FEATURES = ("reader", "reader_margin", "answer_mass", "agreement", "retrieval_z", "retrieval_rank",
-                 "reader_null")
-# version 1 files were fitted before ``reader_null``: read as version 2 with that feature's weight 0
-V1_FEATURES = READ_FEATURES[:6]
+                 "reader_null", "retrieval_confidence")
+# the features of older files, each read with the features added since at weight 0: version 1 was fitted before
+# ``reader_null``, version 2 before ``retrieval_confidence``
+OLD_FEATURES = {1: READ_FEATURES[:6], 2: READ_FEATURES[:7]}
+V1_FEATURES = OLD_FEATURES[1]
+RETRIEVAL_LOGIT = 10.0  # ``retrieval_confidence`` is clipped to +-this: past it the calibrator's tails say no more
 
 
 class ReadingError(ValueError):
@@ -89,9 +93,9 @@ class Reading(FittedFile):
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Reading:
-        if d.get("version") == 1:
-            check_header(d, 1, V1_FEATURES)
-            d = upgrade_v1(d)
+        if (version := d.get("version")) in OLD_FEATURES:
+            check_header(d, version, OLD_FEATURES[version])
+            d = upgrade(d, len(READ_FEATURES) - len(OLD_FEATURES[version]))
         check_header(d, READING_VERSION, READ_FEATURES)
 
         def fit(depth: int, f: dict[str, Any], fitted_on: dict[str, Any]) -> Reading:
@@ -111,12 +115,12 @@ class Reading(FittedFile):
         return reading
 
 
-def upgrade_v1(d: dict[str, Any]) -> dict[str, Any]:
-    """A version 1 reading file as version 2: each model gains ``reader_null`` with weight 0 (mean 0, scale 1), so
-    it ranks and scores exactly as before."""
+def upgrade(d: dict[str, Any], added: int) -> dict[str, Any]:
+    """An older reading file as the current version: each model gains the ``added`` features fitted since with weight
+    0 (mean 0, scale 1), so it ranks and scores exactly as before."""
     def models(f: dict[str, Any]) -> dict[str, Any]:
-        return {**f, "models": {u: {**m, "mean": [*m["mean"], 0.0], "scale": [*m["scale"], 1.0],
-                                    "coef": [*m["coef"], 0.0]} for u, m in f["models"].items()}}
+        return {**f, "models": {u: {**m, "mean": [*m["mean"], *[0.0] * added], "scale": [*m["scale"], *[1.0] * added],
+                                    "coef": [*m["coef"], *[0.0] * added]} for u, m in f["models"].items()}}
 
     return {**models(d), "version": READING_VERSION, "features": list(READ_FEATURES),
             "depths": {k: models(f) for k, f in d.get("depths", {}).items()}}
@@ -131,9 +135,10 @@ class Candidate:
     span: ReadSpan
 
 
-def read_features(candidates: Sequence[Candidate], sources: Sequence[Hit]) -> np.ndarray:
+def read_features(candidates: Sequence[Candidate], sources: Sequence[Hit], first: float | None) -> np.ndarray:
     """(n, len(READ_FEATURES)) features of one question's read spans; ``sources``: every unit it read, best first
-    (their retrieval scores are z-normalised over them)."""
+    (their retrieval scores are z-normalised over them); ``first``: the calibrator's log-odds that its first unit is
+    right (``judge``; None where none applies: NaN, ``known``)."""
     if not candidates:
         return np.zeros((0, len(READ_FEATURES)))
     s = np.array([c.span.score for c in candidates], dtype=np.float64)
@@ -154,7 +159,14 @@ def read_features(candidates: Sequence[Candidate], sources: Sequence[Hit]) -> np
         np.array([z[c.rank] for c in candidates]),
         np.log1p([c.rank for c in candidates]),
         s - np.array([c.span.null for c in candidates]),
+        np.full(len(s), np.nan if first is None else np.clip(first, -RETRIEVAL_LOGIT, RETRIEVAL_LOGIT)),
     ], axis=1)
+
+
+def known(x: np.ndarray, mean: Sequence[float]) -> np.ndarray:
+    """Features with each missing one (NaN: no calibrator judged the retrieval) at ``mean``, the mean it was fitted
+    on: it then moves no score, and read hits rank and score on the other features."""
+    return np.where(np.isnan(x), np.asarray(mean, dtype=np.float64)[None, :], x)
 
 
 class ReadingStage:
@@ -222,15 +234,18 @@ class ReadingStage:
             b += 1
         return a, text[a:b]
 
-    def rank(self, plan: Plan, questions: Sequence[str], retrieved: Sequence[Sequence[Hit]]) -> list[list[Hit]]:
-        """Per question, the plan's ``top_k`` read hits, best first, each with its confidence."""
+    def rank(self, plan: Plan, questions: Sequence[str], retrieved: Sequence[Sequence[Hit]],
+             retrieval: Sequence[float | None] | None = None) -> list[list[Hit]]:
+        """Per question, the plan's ``top_k`` read hits, best first, each with its confidence; ``retrieval``: each
+        question's ``read_features`` log-odds of its retrieval (``Judged.first``; None: no calibrator applies)."""
         depth = self.read_depth(plan)
         reading = self.reading.at(depth)
         model = reading.models[plan.unit]  # every unit's (Reading.from_dict)
         out = []
         asked = plan.params.max_answer_tokens  # a request's own limit (the reader's is its default)
-        for cands, sources in zip(self.candidates(questions, retrieved, depth, asked), retrieved, strict=True):
-            x = read_features(cands, sources[:depth])
+        cands_of = self.candidates(questions, retrieved, depth, asked)
+        for cands, sources, first in zip(cands_of, retrieved, retrieval or [None] * len(retrieved), strict=True):
+            x = known(read_features(cands, sources[:depth], first), model.mean)
             logit = model.logit(x) if len(x) else np.zeros(0)
             if plan.unit == "phrase":
                 out.append(self._phrases(cands, logit, plan, reading))
@@ -267,20 +282,31 @@ class ReadingStage:
         return (hits + unread)[: plan.top_k]
 
 
-def presence(searcher: Any, retrieve: Plan, retrieved: list[list[Hit]], q_start: np.ndarray, q_end: np.ndarray,
-             texts: list[str], timings: StageTimes) -> list[float] | None:
-    """Per question, P(its answer is in the index) at the request's ``unanswerable_prior``, for its read hits: the
-    reading models are fitted on questions whose answer is in the index, so their confidence assumes it is there, and
-    the calibrator's presence model, fitted on searches with and without the answer, gives the share the prior
-    leaves (``Pager.presence``), read as a search of the units read without read reads it: at least
-    ``FEATURE_DEPTH`` deep, at its first hit; filtered, at the first unit that passes the filter, in its place in
-    the search without the filter (``Pager.read_filtered``). ``retrieve``: the plan that ranked ``retrieved``, the
-    units read (``searcher``: the ``core.search.Searcher``). None at prior 0 or where the calibrator does not apply."""
+@dataclass(frozen=True)
+class Judged:
+    """What the calibrator says of each question's retrieval of the units read: ``first``, the log-odds that its first
+    unit is right (a ``read_features`` feature; None for a question without hits), and ``presence``, P(its answer is
+    in the index) at the request's ``unanswerable_prior`` (None at prior 0). Both None where the calibrator does not
+    apply."""
+
+    first: list[float | None] | None
+    presence: list[float] | None
+
+
+def judge(searcher: Any, retrieve: Plan, retrieved: list[list[Hit]], q_start: np.ndarray, q_end: np.ndarray,
+          texts: list[str], timings: StageTimes) -> Judged:
+    """The calibrator's judgement of the units read (``retrieve``: the plan that ranked ``retrieved``; ``searcher``:
+    the ``core.search.Searcher``), read as a search of them without read reads it: at least ``FEATURE_DEPTH`` deep,
+    at its first hit; filtered, at the first unit that passes the filter, in its place in the search without the
+    filter (``Pager.read_filtered``). The reading models are fitted on questions whose answer is in the index, so
+    their confidence assumes it is there; the first unit's log-odds tells them how strong the retrieval is, and the
+    presence model, fitted on searches with and without the answer, gives the share the prior leaves."""
     pager: Pager = searcher.pager
-    if not pager.shifts(retrieve):
-        return None
+    if not pager.calibrated(retrieve):
+        return Judged(None, None)
     deep = replace(retrieve.but(top_k=max(retrieve.top_k, FEATURE_DEPTH[retrieve.unit])), unfiltered=None)
     whole = searcher._unfiltered(deep, q_start, q_end, texts, timings)
+    rows: list[int] | None = None
     if whole.unfiltered is not None:  # a filtered search's hits are judged in its search without the filter
         passing = retrieved if deep.top_k == retrieve.top_k else searcher.ranking.ranked(whole, q_start, q_end, texts,
                                                                                          timings)[0]
@@ -289,16 +315,26 @@ def presence(searcher: Any, retrieve: Plan, retrieved: list[list[Hit]], q_start:
             placed, at = pager.read_filtered(hits, among, deep.unit, None) if hits else ([[]], [(0, 0)])
             lists.append(placed[at[0][0]])  # where an unread search of the filter reads its first hit
             rows.append(at[0][1])
-        return pager.presence(deep, lists, texts, rows)
-    if deep.top_k == retrieve.top_k and retrieve.unfiltered is None:
+    elif deep.top_k == retrieve.top_k and retrieve.unfiltered is None:
         lists = retrieved
     else:
         lists = searcher.ranking.ranked(deep, q_start, q_end, texts, timings)[0]
-    return pager.presence(deep, lists, texts)
+    logits = pager.first_logits(deep, lists, texts, rows) or [None] * len(lists)
+    prior = pager.prior(retrieve.params)
+    presence = [presence_at(at, prior) for at in logits] if pager.shifts(retrieve) else None
+    return Judged([None if at is None else at[0] for at in logits], presence)
+
+
+def judge_search(searcher: Any, params: SearchParams, retrieved: list[list[Hit]], q_start: np.ndarray,
+                 q_end: np.ndarray, texts: list[str]) -> Judged:
+    """``judge`` of units retrieved by a search of ``params`` (without read), as ``spanseek train fit-reading``
+    reads them."""
+    return judge(searcher, searcher._plan(params), retrieved, q_start, q_end, texts, StageTimes())
 
 
 def shifted(ranked: list[list[Hit]], present: list[float] | None) -> list[list[Hit]]:
-    """Each question's read hits with their confidence times its ``presence`` (unread hits as they are)."""
+    """Each question's read hits with their confidence times its presence (``Judged.presence``; unread hits as they
+    are)."""
     if present is None:
         return ranked
     return [[h.but(confidence=round(h.confidence * p, 4)) if h.read is not None and h.confidence is not None else h

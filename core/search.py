@@ -34,7 +34,7 @@ from spanseek.core.params import MODES, Mode, SearchFilter, SearchParams, Search
 from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.plan import Plan, StageTimes, Unfiltered
 from spanseek.core.ranking import Ranking
-from spanseek.core.reading import ReadingStage, presence, read_unsure, shifted
+from spanseek.core.reading import ReadingStage, judge, read_unsure, shifted
 from spanseek.core.selection import SELECTION_CACHE_BYTES, UNIT_OF_PASSAGE, Selection, Selections
 from spanseek.core.text import has_text
 
@@ -208,9 +208,9 @@ class Searcher:
                                        merge_answers=False, lexical_weight=weight).params)
         retrieve = self._unfiltered(retrieve, q_start, q_end, texts, timings, confidence=False)
         retrieved = self.ranking.ranked(retrieve, q_start, q_end, texts, timings)[0]
-        present = presence(self, retrieve, retrieved, q_start, q_end, texts, timings)  # unanswerable_prior's share
+        judged = judge(self, retrieve, retrieved, q_start, q_end, texts, timings)  # how strong, and the prior's share
         with timings.timing("read"):
-            return shifted(self.reading.rank(plan, texts, retrieved), present)
+            return shifted(self.reading.rank(plan, texts, retrieved, judged.first), judged.presence)
 
     def _unfiltered(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str] | None,
                     timings: StageTimes, confidence: bool = True) -> Plan:

@@ -33,7 +33,16 @@ from spanseek.core.metrics import calibration_error, exact_match, passage_has_an
 from spanseek.core.model import resolve_model
 from spanseek.core.params import SearchParams
 from spanseek.core.reader import READER_CONFIG_NAME, PassageReader, resolve_reader
-from spanseek.core.reading import READ_FEATURES, READING_NAME, Candidate, Reading, ReadingStage, read_features
+from spanseek.core.reading import (
+    READ_FEATURES,
+    READING_NAME,
+    Candidate,
+    Reading,
+    ReadingStage,
+    judge_search,
+    known,
+    read_features,
+)
 from spanseek.trainer.arguments import FitReadingConfig
 from spanseek.trainer.calibrate import fit_logistic
 from spanseek.trainer.data import load_training, reserved_articles_hint
@@ -46,6 +55,7 @@ class Read:
     question: Question
     candidates: dict[str, list[Candidate]]
     sources: dict[str, list]
+    retrieval: dict[str, float | None]  # per unit, the calibrator's log-odds of the first unit read (``judge``)
 
 
 def label(unit: str, c: Candidate, q: Question) -> float:
@@ -69,10 +79,15 @@ def examples(reads: list[Read], unit: str, depth: int) -> tuple[np.ndarray, np.n
                 if c.rank not in best or c.span.score > best[c.rank].span.score:
                     best[c.rank] = c
             cands = list(best.values())
-        xs.append(read_features(cands, r.sources[unit][:depth]))
+        xs.append(read_features(cands, r.sources[unit][:depth], r.retrieval[unit]))
         ys.append(np.array([label(unit, c, r.question) for c in cands]))
         sizes.append(len(cands))
-    return np.concatenate(xs), np.concatenate(ys), sizes
+    x = np.concatenate(xs)
+    # a question no calibrator judged reads as the mean of those judged (as a search does: ``known``); none judged,
+    # the feature is constant and weighs nothing
+    missing = np.isnan(x)
+    judged = np.where(missing, 0.0, x).sum(axis=0) / np.maximum((~missing).sum(axis=0), 1)
+    return known(x, judged), np.concatenate(ys), sizes
 
 
 def fit(x: np.ndarray, y: np.ndarray, unit: str, features: Sequence[str] = READ_FEATURES):
@@ -151,17 +166,20 @@ def read_questions(cfg: FitReadingConfig, questions: list[Question], index: str 
         batch = questions[b:b + 32]
         texts = [q.question for q in batch]
         q_start, q_end = searcher.encoder.encode(texts)
-        passages = searcher.search_vectors(q_start, q_end, dataclasses.replace(base, unit="passage", top_k=depth),
-                                           None, texts)
-        docs = searcher.search_vectors(q_start, q_end, dataclasses.replace(base, unit="doc", top_k=depth), None,
-                                       texts)
+        found, first = {}, {}
+        for unit in ("passage", "doc"):
+            params = dataclasses.replace(base, unit=unit, top_k=depth)
+            found[unit] = [list(hits) for hits in searcher.search_vectors(q_start, q_end, params, None, texts)]
+            first[unit] = judge_search(searcher, params, found[unit], q_start, q_end, texts).first or [None] * len(batch)
         for w, stage in stages.items():
-            read_p = stage.candidates(texts, passages, depth)
-            read_d = stage.candidates(texts, docs, depth)
+            read_p = stage.candidates(texts, found["passage"], depth)
+            read_d = stage.candidates(texts, found["doc"], depth)
             for i, q in enumerate(batch):
                 reads[w].append(Read(q, {"phrase": read_p[i], "passage": read_p[i], "doc": read_d[i]},
-                                     {"phrase": list(passages[i]), "passage": list(passages[i]),
-                                      "doc": list(docs[i])}))
+                                     {"phrase": found["passage"][i], "passage": found["passage"][i],
+                                      "doc": found["doc"][i]},
+                                     {"phrase": first["passage"][i], "passage": first["passage"][i],
+                                      "doc": first["doc"][i]}))
     return reads
 
 

@@ -260,13 +260,16 @@ def test_reading(tmp_path, squad_index, tiny_model_dir, tiny_reader, tiny_squad)
         ("bench/reading.py", *common, "--model", model, "--limit", 16, "--speed-batches", 1, "--parts", "speed",
          "--read-below", 0, 1, "--out", tmp_path / "below.json"),
         ("bench/reading.py", *common, "--model", model, "--limit", 8, "--parts", "prior", "--absent-questions",
-         elsewhere, "--priors", 0, 0.5, "--out", tmp_path / "prior.json"),
+         elsewhere, "--priors", 0, 0.5, "--readings", tiny_reader / "reading.json", "--out", tmp_path / "prior.json"),
     )
     r = results(tmp_path / "reading.json", "cpu", "speed.with_read_qps", "speed.without_read_qps", "speed.ratio",
                 "without_read.phrase_em@1", "with_read.passage_acc@5", "with_read.first_hit_ece", "reader_rc")
     assert r["questions"] == 24 and positive(r["speed"]["ratio"])
     assert r["cost"]["read_cost"]["5"] > r["cost"]["read_cost"]["1"] > 1 and positive(r["cost"]["per_passage"])
     prior = results(tmp_path / "prior.json", "prior")["prior"]
+    # the reader's own fit again, from its file, on the same reads: the same numbers
+    assert results(tmp_path / "prior.json", "readings")["readings"][str(tiny_reader / "reading.json")] == {
+        "prior": prior}
     for unit in ("phrase", "passage", "doc"):  # the prior moves read hits' confidence on the unanswerable ones
         assert prior[f"{unit}@0.5"]["mean_confidence_absent"] < prior[f"{unit}@0"]["mean_confidence_absent"]
     part = results(tmp_path / "read-only.json", "with_read.phrase_em@1")

@@ -395,7 +395,7 @@ def test_the_units_read_are_those_a_search_without_read_returns_first(reading_se
     (a phrase search reads the passages a passage search returns: hybrid, with the passage unit's lexical weight)."""
     retrieved = []
     rank = reading_searcher.reading.rank
-    monkeypatch.setattr(reading_searcher.reading, "rank", lambda plan, q, r: retrieved.extend(r) or rank(plan, q, r))
+    monkeypatch.setattr(reading_searcher.reading, "rank", lambda plan, q, r, *a: retrieved.extend(r) or rank(plan, q, r, *a))
     params = SearchParams(unit=unit, top_k=1, mode="hybrid", read=True, read_passages=2)
     reading_searcher.search(QUESTIONS, params)
     plain = reading_searcher.search(QUESTIONS, replace(params, unit="passage" if unit == "phrase" else unit,
@@ -413,7 +413,7 @@ def test_a_phrase_search_with_read_weighs_its_passages_on_the_passage_units_scal
     weight was used as the passage weight, so sending the phrase default read other passages than omitting it."""
     retrieved: list = []
     rank = reading_searcher.reading.rank
-    monkeypatch.setattr(reading_searcher.reading, "rank", lambda plan, q, r: retrieved.append(r) or rank(plan, q, r))
+    monkeypatch.setattr(reading_searcher.reading, "rank", lambda plan, q, r, *a: retrieved.append(r) or rank(plan, q, r, *a))
     weights = reading_searcher.lexical_weights
 
     def read(**fields) -> tuple[list, list]:
@@ -510,6 +510,34 @@ def test_read_hits_honour_the_unanswerable_prior_by_the_calibrators_presence_mod
                            calibrator=fitted)
     assert [[h.confidence for h in hits] for hits in no_presence.search(QUESTIONS, replace(
         params, unanswerable_prior=0.5))] == [[h.confidence for h in hits] for hits in at_zero]
+
+
+@pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
+def test_read_hits_know_how_strong_the_retrieval_is_by_the_calibrators_first_hit(reading_searcher, unit):
+    """``retrieval_confidence``: the calibrator's log-odds that the first unit read (phrases: passage) is right, as a
+    search of it without read judges it at prior 0. Oracle: a reading model over that feature alone gives every read
+    hit that search's first-hit confidence. A question whose whole retrieval is weak (junk, or an answer not in the
+    index) read 0.92-0.99 confident before, from features relative to the units read alone. Where no calibrator
+    applies, the feature sits at its fitted mean and moves no score."""
+    from spanseek.core.search import Searcher
+    from tests.core.test_answers import calibrator
+
+    read_unit = "passage" if unit == "phrase" else unit
+    only = LogisticModel((0.0,) * len(READ_FEATURES), (1.0,) * len(READ_FEATURES),
+                         (0.0,) * (len(READ_FEATURES) - 1) + (1.0,), 0.0)
+    assert READ_FEATURES[-1] == "retrieval_confidence"
+    reading = replace(reading_searcher.reading.reading, models=every_unit(only), calibration={}, depths={})
+    stage = ReadingStage(reading_searcher.reading.reader, reading, reading_searcher.reading.hits)
+    for coef in ((1.0, 0.5, -0.5, -0.3, 2.0, 0.2, 0.1), (-1.0, 0.0, 0.0, 2.0, 0.0, 0.0, -0.5)):
+        searcher = Searcher(reading_searcher.index, reading_searcher.encoder, reading=stage,
+                            calibrator=calibrator(coef=coef))
+        unread = searcher.search(QUESTIONS, SearchParams(unit=read_unit, top_k=1, mode="dense"))
+        read = searcher.search(QUESTIONS, SearchParams(unit=unit, top_k=3, mode="dense", read=True))
+        for hits, plain in zip(read, unread, strict=True):
+            assert hits and all(h.confidence == pytest.approx(plain[0].confidence, abs=1e-4) for h in hits)
+    bare = Searcher(reading_searcher.index, reading_searcher.encoder, reading=stage)  # no calibrator: the mean, 0
+    assert all(h.confidence == 0.5 for hits in bare.search(QUESTIONS, SearchParams(unit=unit, top_k=3, mode="dense",
+                                                                                    read=True)) for h in hits)
 
 
 @pytest.mark.parametrize("mode", ["dense", "hybrid"])
@@ -644,8 +672,10 @@ def test_read_features_by_hand():
     sources = [source("Gala of Tarn", 3.0), source("1450", 1.0)]
     cands = [Candidate(sources[0], 0, span("Gala", 2.0, null=-3.0)), Candidate(sources[1], 1, span("Gala", 1.0)),
              Candidate(sources[1], 1, span("the harbour bridge", -1.0))]
-    x = read_features(cands, sources)
+    x = read_features(cands, sources, -12.5)
     col = {name: x[:, i] for i, name in enumerate(READ_FEATURES)}
+    assert col["retrieval_confidence"].tolist() == [-10.0] * 3  # the calibrator's log-odds, clipped to +-10
+    assert np.isnan(read_features(cands, sources, None)[:, -1]).all()  # no calibrator applies: missing
     total = np.logaddexp.reduce([2.0, 1.0, -1.0])
     assert col["reader"].tolist() == [2.0, 1.0, -1.0] and col["reader_margin"].tolist() == [0.0, -1.0, -3.0]
     assert col["answer_mass"] == pytest.approx([np.logaddexp(2.0, 1.0) - total] * 2 + [-1.0 - total])
@@ -684,20 +714,23 @@ def every_unit(model: dict) -> dict:
     return {unit: model for unit in ("phrase", "passage", "doc")}
 
 
-def test_a_version_1_reading_file_ranks_as_before(tmp_path):
-    """A reading file fitted before ``reader_null`` loads with that feature's weight 0: the same log-odds."""
-    from spanseek.core.reading import V1_FEATURES
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_reading_file_ranks_as_before(tmp_path, version):
+    """A reading file fitted before ``reader_null`` (version 1) or ``retrieval_confidence`` (version 2) loads with
+    the features added since at weight 0: the same log-odds."""
+    from spanseek.core.reading import OLD_FEATURES
 
-    rng = np.random.default_rng(0)
-    old = LogisticModel(tuple(rng.normal(size=6)), tuple(rng.uniform(0.5, 2, size=6)), tuple(rng.normal(size=6)), 0.2)
-    v1 = {"version": 1, "features": list(V1_FEATURES), "read_passages": 2, "spans_per_passage": 3, "window_chars": 200,
-          "fitted_on": {"questions": 5}, "models": every_unit(old.to_dict()), "calibration": {"phrase": [1.0, 0.5]},
-          "depths": {"1": {"models": every_unit(old.to_dict()), "calibration": {}}}}
+    rng = np.random.default_rng(version)
+    n = len(OLD_FEATURES[version])
+    old = LogisticModel(tuple(rng.normal(size=n)), tuple(rng.uniform(0.5, 2, size=n)), tuple(rng.normal(size=n)), 0.2)
+    v1 = {"version": version, "features": list(OLD_FEATURES[version]), "read_passages": 2, "spans_per_passage": 3,
+          "window_chars": 200, "fitted_on": {"questions": 5}, "models": every_unit(old.to_dict()),
+          "calibration": {"phrase": [1.0, 0.5]}, "depths": {"1": {"models": every_unit(old.to_dict()), "calibration": {}}}}
     (tmp_path / READING_NAME).write_text(json.dumps(v1))
     reading = Reading.load(tmp_path / READING_NAME)
     x = rng.normal(size=(9, len(READ_FEATURES)))
     for fit in (reading, reading.at(1)):
-        assert fit.models["phrase"].logit(x) == pytest.approx(old.logit(x[:, :6]))
+        assert fit.models["phrase"].logit(x) == pytest.approx(old.logit(x[:, :n]))
     assert reading.window_chars == 200 and reading.calibration == {"phrase": (1.0, 0.5)}
     v1["features"] = list(READ_FEATURES)  # a version 1 file over other features is refused, naming them
     (tmp_path / READING_NAME).write_text(json.dumps(v1))

@@ -528,3 +528,30 @@ def test_a_reader_file_without_training_questions_counts_its_reserved_articles_a
     cfg = ReaderTrainConfig(train="t.json", out="o", holdout_every=1, holdout_offset=0, reserve_offset=None)
     with pytest.raises(ValueError, match=r"\(3 articles, 3 of them held out\)$"):  # nothing reserved
         reader_questions(cfg, data)
+
+
+def test_fit_reading_takes_the_calibrators_judgement_of_each_question_and_the_mean_where_none_judged():
+    """``retrieval_confidence`` in the fit is each question's first-unit log-odds (clipped to +-10); a question no
+    calibrator judged reads as the mean of those judged, as a search reads it at the fitted mean; none judged, the
+    feature is constant (and weighs nothing)."""
+    from spanseek.core.io import Question
+    from spanseek.core.params import Hit
+    from spanseek.core.reader import ReadSpan
+    from spanseek.core.reading import Candidate
+    from spanseek.trainer.fit_reading import Read, examples
+
+    passage = "In 1450 the harbour bridge was built by Gala of Tarn."
+    source = Hit("Gala", 3.0, 40, 44, 0, passage, "d", "t")
+
+    def read(first):
+        q = Question("q", "Who built it?", ("Gala",), (40,), "t", passage, 0, 0)
+        cands = [Candidate(source, 0, ReadSpan(0, 40, 44, "Gala", 2.0, 0.0)),
+                 Candidate(source, 0, ReadSpan(0, 12, 26, "harbour bridge", 1.0, 0.0))]
+        return Read(q, {u: cands for u in ("phrase", "passage", "doc")}, {u: [source] for u in ("phrase", "passage", "doc")},
+                    {u: first for u in ("phrase", "passage", "doc")})
+
+    col = READ_FEATURES.index("retrieval_confidence")
+    x, y, sizes = examples([read(2.0), read(None), read(-30.0)], "phrase", 1)
+    assert x[:, col].tolist() == [2.0, 2.0, -4.0, -4.0, -10.0, -10.0] and y.tolist() == [1, 0] * 3 and sizes == [2] * 3
+    x, _, _ = examples([read(None), read(None)], "phrase", 1)
+    assert x[:, col].tolist() == [0.0] * 4
