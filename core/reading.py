@@ -187,6 +187,12 @@ class ReadingStage:
         stage._recent, stage._lock = self._recent, self._lock
         return stage
 
+    def weighs_retrieval(self, plan: Plan) -> bool:
+        """Whether the fit that scores ``plan`` gives ``retrieval_confidence`` a weight (a file fitted before it reads
+        it at 0): only then is the calibrator's judgement of the first unit needed at prior 0."""
+        return self.reading.at(self.read_depth(plan)).models[plan.unit].coef[READ_FEATURES.index(
+            "retrieval_confidence")] != 0.0
+
     def read_depth(self, plan: Plan) -> int:
         """How many units of each question are read."""
         return plan.params.read_passages or self.reading.read_passages
@@ -294,15 +300,17 @@ class Judged:
 
 
 def judge(searcher: Any, retrieve: Plan, retrieved: list[list[Hit]], q_start: np.ndarray, q_end: np.ndarray,
-          texts: list[str], timings: StageTimes) -> Judged:
+          texts: list[str], timings: StageTimes, weighed: bool = True) -> Judged:
     """The calibrator's judgement of the units read (``retrieve``: the plan that ranked ``retrieved``; ``searcher``:
     the ``core.search.Searcher``), read as a search of them without read reads it: at least ``FEATURE_DEPTH`` deep,
     at its first hit; filtered, at the first unit that passes the filter, in its place in the search without the
     filter (``Pager.read_filtered``). The reading models are fitted on questions whose answer is in the index, so
     their confidence assumes it is there; the first unit's log-odds tells them how strong the retrieval is, and the
-    presence model, fitted on searches with and without the answer, gives the share the prior leaves."""
+    presence model, fitted on searches with and without the answer, gives the share the prior leaves. Nothing is
+    searched for it where neither is needed: the reading fit does not weigh the first unit (``weighed`` False) and
+    the prior is 0."""
     pager: Pager = searcher.pager
-    if not pager.calibrated(retrieve):
+    if not pager.calibrated(retrieve) or not (weighed or pager.shifts(retrieve)):
         return Judged(None, None)
     deep = replace(retrieve.but(top_k=max(retrieve.top_k, FEATURE_DEPTH[retrieve.unit])), unfiltered=None)
     whole = searcher._unfiltered(deep, q_start, q_end, texts, timings)

@@ -208,7 +208,7 @@ class Searcher:
                                        merge_answers=False, lexical_weight=weight).params)
         retrieve = self._unfiltered(retrieve, q_start, q_end, texts, timings, confidence=False)
         retrieved = self.ranking.ranked(retrieve, q_start, q_end, texts, timings)[0]
-        judged = judge(self, retrieve, retrieved, q_start, q_end, texts, timings)  # how strong, and the prior's share
+        judged = judge(self, retrieve, retrieved, q_start, q_end, texts, timings, self.reading.weighs_retrieval(plan))
         with timings.timing("read"):
             return shifted(self.reading.rank(plan, texts, retrieved, judged.first), judged.presence)
 

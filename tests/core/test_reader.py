@@ -513,12 +513,13 @@ def test_read_hits_honour_the_unanswerable_prior_by_the_calibrators_presence_mod
 
 
 @pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
-def test_read_hits_know_how_strong_the_retrieval_is_by_the_calibrators_first_hit(reading_searcher, unit):
+def test_read_hits_know_how_strong_the_retrieval_is_by_the_calibrators_first_hit(reading_searcher, unit, monkeypatch):
     """``retrieval_confidence``: the calibrator's log-odds that the first unit read (phrases: passage) is right, as a
     search of it without read judges it at prior 0. Oracle: a reading model over that feature alone gives every read
     hit that search's first-hit confidence. A question whose whole retrieval is weak (junk, or an answer not in the
     index) read 0.92-0.99 confident before, from features relative to the units read alone. Where no calibrator
     applies, the feature sits at its fitted mean and moves no score."""
+    from spanseek.core.page import Pager
     from spanseek.core.search import Searcher
     from tests.core.test_answers import calibrator
 
@@ -538,6 +539,12 @@ def test_read_hits_know_how_strong_the_retrieval_is_by_the_calibrators_first_hit
     bare = Searcher(reading_searcher.index, reading_searcher.encoder, reading=stage)  # no calibrator: the mean, 0
     assert all(h.confidence == 0.5 for hits in bare.search(QUESTIONS, SearchParams(unit=unit, top_k=3, mode="dense",
                                                                                     read=True)) for h in hits)
+    # a fit that does not weigh it (one fitted before it) costs no judgement at prior 0
+    unweighed = ReadingStage(stage.reader, replace(reading, models=every_unit(replace(only, coef=(0.0,) * len(
+        READ_FEATURES)))), stage.hits)
+    searcher = Searcher(reading_searcher.index, reading_searcher.encoder, reading=unweighed, calibrator=calibrator())
+    monkeypatch.setattr(Pager, "first_logits", lambda *a: pytest.fail("judged"))
+    assert searcher.search(QUESTIONS, SearchParams(unit=unit, top_k=3, mode="dense", read=True))[0]
 
 
 @pytest.mark.parametrize("mode", ["dense", "hybrid"])
