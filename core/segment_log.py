@@ -64,9 +64,8 @@ class SegmentChunks(Generic[T]):
             same = held_prefix(self.docs, segment)
             kept = [c for c in self.chunks if c.stop <= same]
             covered = kept[-1].stop if kept else 0
-            if same < len(self.docs) and same == len(segment):  # an older snapshot's (its segment is held)
-                return (*kept, *([Chunk(covered, same, build(segment[covered:same], covered))]
-                                 if covered < same else []))
+            # a segment that is the held one's first documents (its last ones deleted) is held from now on, as any
+            # other: its runs are built once, not again at each such call
             self.docs = [*self.docs[:covered], *segment[covered:]]
             held = {(c.start, c.stop): c for c in kept}
             self.chunks = [held[run] if run in held else Chunk(*run, build(self.docs[run[0]:run[1]], run[0]))
