@@ -29,6 +29,7 @@ from spanseek.core.fieldindex import FieldIndex
 from spanseek.core.filters import FilterError, SearchFilter
 from spanseek.core.phrase_index import Manifest, PhraseIndex, passage_record
 from spanseek.core.segment import EncodedDocument, LiveIndex, empty_like
+from spanseek.core.segment_log import INLINE_RUN, wait_for_joins
 from spanseek.core.selection import UNIT_OF_PASSAGE, Layout, allowed_documents, distinct
 from tests.core.test_field_index import random_filter
 from tests.core.test_field_index_joined import versions
@@ -625,12 +626,19 @@ def test_a_segment_past_the_widened_rows_bytes_holds_no_rows_nor_documents_that_
     assert np.array_equal(rows.rows_of(kept), np.concatenate([d.vectors for d in kept]).astype(np.float32))
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_every_snapshot_of_a_series_of_writes_filters_and_scores_as_one_built_over_its_documents(seed):
+@pytest.mark.parametrize(("seed", "inline_run"), [(0, None), (1, None), (2, None), (3, 2), (4, 4)])
+def test_every_snapshot_of_a_series_of_writes_filters_and_scores_as_one_built_over_its_documents(seed, inline_run,
+                                                                                                 monkeypatch):
     """Writes one after another over one base (new documents, segment documents replaced and deleted, base documents
     tombstoned), and now and then an older snapshot made again: each snapshot's filters select what a field index
     built over all its documents selects, and its BM25 scores are, to the bit, those counted over all its passages
-    (the segment's parts are built over runs of its documents and shared between snapshots)."""
+    (the segment's parts are built over runs of its documents and shared between snapshots); with ``inline_run``,
+    runs past that many documents are joined by the joining thread as the writes go on, each snapshot reading what
+    is joined by then."""
+    import spanseek.core.segment_log as segment_log
+
+    if inline_run is not None:
+        monkeypatch.setattr(segment_log, "INLINE_RUN", inline_run)
     import scipy.sparse as sp
 
     from spanseek.core.live_lexical import BaseTerms
@@ -708,8 +716,8 @@ def token_map_as_copied(live: LiveIndex, base: PhraseIndex, segment: list[Encode
 
 def test_a_write_builds_the_field_index_postings_and_token_map_of_about_its_own_document(monkeypatch):
     """Over 300 writes, the segment's field index parts and BM25 postings are built over about log2(segment)
-    documents a write (each write built them over every segment document: 45,150 in all), a snapshot reads at most
-    log2(segment) + 1 of them, and each written document's token map rows are made once (each write joined every
+    documents a write (each write built them over every segment document: 45,150 in all), a snapshot made once the
+    joining thread has joined what is due reads at most log2(segment) + 1 of them, and each written document's token map rows are made once (each write joined every
     segment document's)."""
     import spanseek.core.segment_log as segment_log
 
@@ -724,6 +732,7 @@ def test_a_write_builds_the_field_index_postings_and_token_map_of_about_its_own_
     for i in range(300):
         segment.append(encoded({"id": f"n{i}", "title": "n", "meta": {"i": i}}, rng))
         live = LiveIndex(base, segment, np.zeros(0, np.int64), template, terms)
+        wait_for_joins()  # (the runs the next snapshot reads joined: their count at most as the docstring says)
         assert len(live.seg_vectors) == len(live.token_passage) - len(base.token_passage)
         assert len(live.fields.parts) <= 2 + np.log2(len(segment))
         assert len(live.lexical.segment) <= 1 + np.log2(len(segment))
@@ -733,11 +742,39 @@ def test_a_write_builds_the_field_index_postings_and_token_map_of_about_its_own_
     assert live.fields.documents_of(SearchFilter.from_json({"meta": {"i": 299}})).tolist() == [False] * 349 + [True]
 
 
+def test_no_write_builds_a_run_longer_than_the_inline_run_itself(monkeypatch):
+    """Over 520 writes one by one, no write builds the field index and BM25 postings of more than ``INLINE_RUN``
+    documents itself (the write that filled a run of 256 or 512 built that whole run: a spike of 27 ms at 4,096
+    written documents, where a write costs 0.7 ms); the joining thread joins the longer runs, and once it has, a
+    snapshot reads about log2(segment) parts, and filters and scores as one built over its documents."""
+    rng = random.Random(0)
+    base = memory_base([{"id": f"d{d}", "title": "t"} for d in range(20)], rng)
+    terms = one_term(base)
+    template, segment = empty_like(base.faiss), []
+    built, posted = counted_builds(monkeypatch)
+    most = 0
+    for i in range(520):
+        doc = encoded({"id": f"n{i}", "title": "n", "meta": {"i": i}}, rng)
+        segment.append(dataclasses.replace(doc, terms=tuple(["w", f"x{(i + k) % 7}"] for k in range(len(doc.passages)))))
+        built.clear()
+        LiveIndex(base, segment, np.zeros(0, np.int64), template, terms)
+        most = max(most, sum(built))
+    assert most == INLINE_RUN and max(posted) <= 2 * INLINE_RUN  # (a document: one or two passages)
+    wait_for_joins()
+    live = LiveIndex(base, segment, np.zeros(0, np.int64), template, terms)
+    assert [len(p.ids) for p in live.fields.parts[1:]] == [256, 128, 64, 64, 8]
+    filters_as_built_over(live, base.docs + [doc.record for doc in segment], rng, 5)
+    questions = [["w"], ["x3", "w"], ["x6", "x1"]]
+    seg_terms = [t for doc in segment for t in doc.terms]
+    np.testing.assert_array_equal(live.lexical.scores(["?"] * 3, questions), counted_over_all(
+        terms, seg_terms, np.ones(len(base.passages) + len(seg_terms), bool), questions))
+
+
 def test_replacing_or_deleting_an_early_segment_document_builds_each_later_run_once(monkeypatch):
     """A segment document replaced or deleted near the start of a segment of 256: the next snapshot builds the field
-    index parts and BM25 postings of the documents after it once each, in runs as the writes one by one would have
-    left them (it built each of them into every run it passed through, about log2(segment) times: 570 ms a snapshot
-    at 5,000 written documents, against 18 ms), and filters as a field index built over its documents."""
+    index parts and BM25 postings of the documents after it once each, in runs of at most ``INLINE_RUN``, which the
+    joining thread joins (it built each of them into every run it passed through, about log2(segment) times: 570 ms a
+    snapshot at 5,000 written documents, against 18 ms), and filters as a field index built over its documents."""
     rng = random.Random(0)
     base, terms, template, segment = written_one_by_one(256, rng)
     built, posted = counted_builds(monkeypatch)
@@ -745,11 +782,14 @@ def test_replacing_or_deleting_an_early_segment_document_builds_each_later_run_o
     segment.append(encoded({"id": replaced.id, "title": "n", "meta": {"i": -1}}, rng))
     live = LiveIndex(base, segment, np.zeros(0, np.int64), template, terms)
     assert sum(built) <= len(segment) and sum(posted) <= len(live.passages) - len(base.passages)
-    assert [len(p.ids) for p in live.fields.parts[1:]] == [256]  # (as 256 writes one by one leave them)
+    assert [len(p.ids) for p in live.fields.parts[1:]] == [64] * 4
+    wait_for_joins()
+    live = LiveIndex(base, segment, np.zeros(0, np.int64), template, terms)
+    assert [len(p.ids) for p in live.fields.parts[1:]] == [128, 64, 64]  # (the last 64 are not joined yet)
     del segment[2]  # a deletion
     built.clear()
     live = LiveIndex(base, segment, np.zeros(0, np.int64), template, terms)
-    assert sum(built) <= len(segment) and [len(p.ids) for p in live.fields.parts[1:]] == [128, 64, 32, 16, 8, 4, 2, 1]
+    assert sum(built) <= len(segment) and [len(p.ids) for p in live.fields.parts[1:]] == [64, 64, 64, 32, 16, 8, 4, 2, 1]
     filters_as_built_over(live, base.docs + [doc.record for doc in segment], rng, 10)
     assert live.fields.documents_of(SearchFilter.from_json({"meta": {"i": -1}})).tolist() == [False] * 274 + [True]
 
@@ -820,14 +860,23 @@ def one_term(base: PhraseIndex) -> Any:
 
 
 def counted_builds(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[int]]:
-    """The documents of each field index part built and the passages of each BM25 postings run, from now on."""
+    """The documents of each field index part built and the passages of each BM25 postings run, from now on, by the
+    calling thread (what a write waits for; the joining thread's joins are not counted)."""
+    import threading
+
     from spanseek.core.live_lexical import SegmentPostings
 
     built: list[int] = []
     posted: list[int] = []
     real, real_postings = FieldIndex.build, SegmentPostings.of
-    monkeypatch.setattr(FieldIndex, "build", classmethod(lambda cls, docs: built.append(len(docs)) or real(docs)))
-    monkeypatch.setattr(SegmentPostings, "of", classmethod(lambda cls, c: posted.append(len(c)) or real_postings(c)))
+    me = threading.get_ident()
+
+    def counted(into: list[int], n: int) -> None:
+        if threading.get_ident() == me:
+            into.append(n)
+
+    monkeypatch.setattr(FieldIndex, "build", classmethod(lambda cls, docs: counted(built, len(docs)) or real(docs)))
+    monkeypatch.setattr(SegmentPostings, "of", classmethod(lambda cls, c: counted(posted, len(c)) or real_postings(c)))
     return built, posted
 
 
