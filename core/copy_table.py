@@ -5,16 +5,19 @@
 ``CopyTable`` is what ``core.duplicates.Copies`` looks copies up in: the keys (hashes of passages' normalised texts,
 and of each document's passages' keys in order), their groups (``KeyGroups``: positions found by a binary search of
 the keys sorted once) and the passages in document order. A live snapshot's table is its base's, made once a base,
-followed by its segment's (``CopyTable.then``), so a write sorts and groups its segment's keys only.
+followed by its segment's (``CopyTable.then``), made from keys and groups its base's snapshots share
+(``segment_table``), so a write keys, sorts and groups about its own document's passages only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from spanseek.core.chained import ChainedArray
+from spanseek.core.segment_log import appended_rows, segment_chunks, segment_columns
 
 
 class KeyGroups:
@@ -85,5 +88,38 @@ def doc_keys(passage_key: np.ndarray, order: np.ndarray, bounds: np.ndarray) -> 
     are copies, in order); ``order``, ``bounds``: the passages in document order and where each document's start."""
     n_docs = len(bounds) - 1
     keys = passage_key[order].tolist()
-    return np.fromiter((hash(tuple(keys[a:b])) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)),
+    return np.fromiter((doc_key(keys[a:b]) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)),
                        dtype=np.int64, count=n_docs)
+
+
+def doc_key(passage_keys: list[int]) -> int:
+    """A document's key: the hash of its passages' keys, in order."""
+    return hash(tuple(passage_keys))
+
+
+def segment_table(base: Any, segment: Sequence[Any], keys_of: Callable[[Any], np.ndarray]) -> CopyTable:
+    """The ``CopyTable`` of the documents ``segment`` written over ``base`` (numbered from 0), ``keys_of(doc)`` each
+    one's passages' keys: read from what the base's snapshots share (``core.segment_log``), each document's keys
+    laid in rows once and its groups sorted in runs of documents once a run, so a write makes its own document's part
+    (a snapshot hashed every segment document's passage keys and sorted every segment key again: 5.9 ms at 5,000
+    written documents). The segment's passages are in document order already."""
+    def rows(docs: Sequence[Any], *_: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        keys = [keys_of(doc) for doc in docs]
+        return {"passage": (np.concatenate([np.zeros(0, np.int64), *keys]), np.fromiter(map(len, keys), np.int64,
+                                                                                      len(keys))),
+                "doc": (np.fromiter((doc_key(k.tolist()) for k in keys), np.int64, len(keys)),
+                        np.ones(len(keys), np.int64))}
+
+    def groups(docs: Sequence[Any], _: int) -> tuple[KeyGroups, KeyGroups, int]:
+        made = rows(docs)
+        return KeyGroups.of(made["passage"][0]), KeyGroups.of(made["doc"][0]), len(made["passage"][0])
+
+    if not segment:
+        return CopyTable.over(np.zeros(0, np.int64), np.zeros(0, np.int64), 0)
+    key = appended_rows(base, "copy_keys", segment, rows)
+    passage_starts = segment_columns(base, segment)["passage_starts"]
+    runs = segment_chunks(base, "copy_groups", segment, groups)
+    members = {"passage": KeyGroups(tuple((keys, order + int(passage_starts[c.start])) for c in runs
+                                          for keys, order in c.part[0].parts)),
+               "doc": KeyGroups(tuple((keys, order + c.start) for c in runs for keys, order in c.part[1].parts))}
+    return CopyTable(key, members, (np.arange(len(key["passage"])), passage_starts))

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from spanseek.core.copy_table import CopyTable
+from spanseek.core.copy_table import CopyTable, segment_table
 from spanseek.core.params import Hit, Unit
 from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.selection import Selection
@@ -118,9 +118,8 @@ def copy_table(index: PhraseIndex, passage_doc: np.ndarray) -> CopyTable:
             p, d = len(base.passages), len(base.docs)
             head = copy_table(base, passage_doc[:p])
             written = getattr(index, "segment", None)  # its written documents, whose passages follow the base's
-            seg_keys = (np.concatenate([np.zeros(0, np.int64), *map(written_keys, written)]) if written is not None
-                        else hash_passages(index.passages[p:]))
-            table = head.then(CopyTable.over(seg_keys, np.asarray(passage_doc[p:]) - d, len(index.docs) - d))
+            table = head.then(segment_table(base, written, written_keys) if written is not None else CopyTable.over(
+                hash_passages(index.passages[p:]), np.asarray(passage_doc[p:]) - d, len(index.docs) - d))
         else:
             table = CopyTable.over(hash_passages(index.passages), passage_doc, len(index.docs))
         with _TABLES_LOCK:
