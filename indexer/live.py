@@ -52,7 +52,7 @@ import numpy as np
 from spanseek.core.alias import AliasError, resolve_alias, switch_alias
 from spanseek.core.encoding import PassageEncoder, advance, drain, pick_precision
 from spanseek.core.filters import FilterError
-from spanseek.core.ids import length_problem
+from spanseek.core.ids import length_problem, new_id
 from spanseek.core.integrity import (
     LOCK,
     LockUnsupported,
@@ -277,19 +277,25 @@ class HeldDocuments(ValueError):
         return f"{len(self.ids)} of the documents are held already: {listed}{' ...' if len(self.ids) > 5 else ''}"
 
 
-class UnheldLongIds(ValueError):
-    """A write of ids longer than a write takes (``core.ids.MAX_ID_CHARS``) that no live document holds: an index
-    built from a corpus file may hold such an id, and a write takes one only to replace the document held under it
-    (one deleted since the write looked it up is no longer there to replace); ``ids``, nothing written."""
+class UnheldIds(ValueError):
+    """A write of ids that a write takes only to replace the document held under one (an index built from a corpus
+    file may hold such an id) that no live document holds (one deleted since the write looked it up is no longer
+    there to replace): ids longer than a write takes (``core.ids.MAX_ID_CHARS``), and ids not spelled composed (NFC:
+    ``core.ids.new_id``, the spelling every new document takes; the service makes the write again under that
+    spelling, as had the delete come first); ``ids``, nothing written."""
 
     def __init__(self, ids: list[str]):
         self.ids = ids
         super().__init__(self.message())
 
     def problem(self) -> str:
-        """Why the first such id is refused, as a write's check of an id says it (``core.written.id_problem``)."""
-        return (f"{length_problem(self.ids[0])} (a write takes a longer one only to replace the document held under "
-                "it, and none is: it was deleted meanwhile)")
+        """Why the first id is refused, as a write's check of an id says it (``core.written.id_problem``) where it is
+        too long to be new."""
+        too_long = length_problem(self.ids[0])
+        if too_long is None:
+            return "is not spelled composed (NFC), as a new document's id is, and no document is held under it"
+        return (f"{too_long} (a write takes a longer one only to replace the document held under it, and none is: "
+                "it was deleted meanwhile)")
 
     def message(self, quote: Callable[[str], str] = repr) -> str:
         """What is refused: the first such id, ``quote``d (the service's ``quoted`` cuts it short), and why."""
@@ -675,16 +681,16 @@ class LiveStore:
     def upsert(self, docs: list[Document], encoded: list[EncodedDocument], only_new: bool = False) -> int:
         """Log, apply and publish new versions of documents (``encoded``: ``docs`` encoded); returns the log size.
         ``only_new``: HeldDocuments, and nothing written, when any id is held already (checked under the lock, so
-        two adds of one new id cannot both succeed); UnheldLongIds, and nothing written, when an id longer than a write
-        takes is not held (likewise under the lock, so that a delete after the write looked it up cannot let the write
-        make a new one)."""
+        two adds of one new id cannot both succeed); UnheldIds, and nothing written, when an id longer than a write
+        takes, or one not spelled composed (NFC, as new documents are), is not held (likewise under the lock, so that a
+        delete after the write looked it up cannot let the write make a new document under it)."""
         with self._lock:
             if only_new and (held := self.held([d.id for d in docs])):
                 raise HeldDocuments(held)
-            long = [d.id for d in docs if length_problem(d.id) is not None]
-            replaced = set(self.held(long))
-            if unheld := [i for i in dict.fromkeys(long) if i not in replaced]:
-                raise UnheldLongIds(unheld)
+            replacing = [d.id for d in docs if length_problem(d.id) is not None or new_id(d.id) != d.id]
+            replaced = set(self.held(replacing))
+            if unheld := [i for i in dict.fromkeys(replacing) if i not in replaced]:
+                raise UnheldIds(unheld)
             self._write({"op": "upsert", "docs": [document_json(d) for d in docs]}, encoded)
             return self.wal.size
 

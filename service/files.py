@@ -36,7 +36,7 @@ from spanseek.core.written import file_document
 from spanseek.indexer.chunking import ChunkOptions, ChunkOptionsError
 from spanseek.indexer.extracted import IngestError
 from spanseek.indexer.ingest import FORMATS, IngestOptions, parse_meta
-from spanseek.indexer.live import HeldDocuments, UnheldLongIds
+from spanseek.indexer.live import HeldDocuments, UnheldIds
 from spanseek.service import file_reader
 from spanseek.service.errors import (
     Overloaded,
@@ -122,7 +122,7 @@ async def _write(request: Request, name: str, doc_id: str | None, meta: list[str
                 return await _read_and_write(request, live, name, doc_id, (held, replacing), opts, only_new, data)
     except UploadsBusy as e:
         raise Overloaded(str(e), e.retry_after) from None
-    except UnheldLongIds as e:  # held when looked up above, deleted before the write: a new id, too long to be one
+    except UnheldIds as e:  # held when looked up above, deleted before the write: a new id, too long to be one
         raise refuse(*id_at, f"{shortened(name)}: 'id' {e.problem()}") from None
 
 

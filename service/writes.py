@@ -33,7 +33,7 @@ from spanseek.core.params import SearchParamsError
 from spanseek.core.written import routing_problem
 from spanseek.core.written import written_document as core_written_document
 from spanseek.indexer.ingest import parse_meta
-from spanseek.indexer.live import HeldDocuments, UnheldLongIds, indexed_document, live_row
+from spanseek.indexer.live import HeldDocuments, UnheldIds, indexed_document, live_row
 from spanseek.service.errors import (
     BadRequest,
     Conflict,
@@ -210,17 +210,18 @@ def held_already(e: HeldDocuments, replacing: str) -> Conflict:
 async def upsert_held_or_new(live: Any, docs: list[Document], given: list[str], only_new: bool = False,
                              max_tokens: int = 0) -> tuple[dict[str, int], list[Document]]:
     """``live.upsert(docs)``, each document under the id held for the id the request spells as ``given``; returns
-    what it wrote and the documents as written. One held under a longer id than a new one may have, deleted after the
-    request looked it up, is written as new under the request's id (``new_id``: composed), as had the delete come
-    first, where that id is short enough to be new; else UnheldLongIds (a write cannot make the held id anew)."""
+    what it wrote and the documents as written. One held under an id a new one may not have (longer than a write
+    takes, or not spelled composed), deleted after the request looked it up, is written as new under the request's id
+    (``new_id``: composed), as had the delete come first, where that id is short enough to be new; else UnheldIds
+    naming those that are not (a write cannot make the held id anew)."""
     while True:
         try:
             return await live.upsert(docs, only_new=only_new, max_tokens=max_tokens), docs
-        except UnheldLongIds as e:
+        except UnheldIds as e:
             spelled = {d.id: new_id(g) for d, g in zip(docs, given, strict=True) if d.id in e.ids
                        and length_problem(g) is None and length_problem(new_id(g)) is None}
             if len(spelled) < len(e.ids):
-                raise
+                raise UnheldIds([i for i in e.ids if i not in spelled]) from None
             docs = [dataclasses.replace(d, id=spelled.get(d.id, d.id)) for d in docs]
 
 
@@ -231,7 +232,7 @@ async def upsert_documents(live: Any, docs: list[Document], given: list[str], on
     the document held under it, which the write was to replace, was deleted since."""
     try:
         return (await upsert_held_or_new(live, docs, given, only_new, live.settings.max_write_tokens))[0]
-    except UnheldLongIds as e:
+    except UnheldIds as e:
         i = next(i for i, d in enumerate(docs) if d.id == e.ids[0])
         raise refuse_document(i, "id", f"document {i}: 'id' {e.problem()}") from None
 

@@ -374,6 +374,22 @@ def test_an_id_held_in_a_longer_spelling_deleted_after_a_write_looked_it_up_is_w
         assert client.get(path(held), headers=KEY).json()["id"] == composed  # (one id in either spelling)
 
 
+@pytest.mark.parametrize("route", ["body", "file id"])
+@pytest.mark.parametrize("given", [NFC_ID, NFD_ID])
+def test_an_id_held_decomposed_deleted_after_a_write_looked_it_up_is_written_composed(
+        settings_for, tmp_path, tiny_model_dir, monkeypatch, route, given):
+    """A write of a short id held decomposed (NFD), in either spelling, that looked it up before a DELETE of it landed:
+    it was written new under the decomposed spelling, where the same write made after the delete writes a new
+    document under the composed one (NFC), as every new document is. It is now written so in either order."""
+    with _deleted_as_written(settings_for, tmp_path, tiny_model_dir, monkeypatch, NFD_ID) as client:
+        r = _put(client, route, given)
+        assert r.status_code == 200, r.text
+        if route == "file id":
+            assert r.json()["id"] == NFC_ID
+        assert NFC_ID in listed(client) and NFD_ID not in listed(client)
+        assert client.get(path(given), headers=KEY).json()["id"] == NFC_ID
+
+
 def test_a_message_quotes_a_long_id_or_file_name_shortened(write_settings):
     """A 404, a 409 and an ``unreadable_file`` quoted the whole id or file name: a kilobyte in the client's message
     and the log, for each. Now its first 100 characters and its length, as every error quotes a request's text."""
