@@ -10,16 +10,16 @@ its dead passages', plus the segment's, kept apart and joined for a query's term
 own document's terms (numbered once, ``BaseTerms.numbered``), its postings (the segment's are built over runs of
 written documents, each run once, ``core.segment_log``) and O(tombstones) postings, nothing over every passage or
 term of the base nor every posting of the segment.
+A written term the base lacks is numbered by each run of postings holding it (``SegmentPostings.new_terms``), so it
+is held no longer than a snapshot reads such a run, not until the next merge.
 """
 
 from __future__ import annotations
 
 import functools
-import threading
-from collections import ChainMap
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -45,8 +45,7 @@ class LiveLexical:
         self.k1, self.b, self.method = float(r.k1), float(r.b), r.method
         self.base, self.base_terms = base, base_terms
         self.n_base, self.n_base_terms = base_terms.tf.shape
-        self.n_terms = base_terms.n_terms  # the terms numbered so far; later writes' are not this snapshot's
-        self.vocab = base_terms.vocabulary
+        self.vocab = base_terms.vocab  # (a term the base lacks has a column in each run of postings holding it)
         self.segment = segment
         self.seg_first = np.cumsum([self.n_base, *(len(s.lengths) for s in segment)])  # each run's first passage
         self.n_passages = int(self.seg_first[-1])
@@ -70,28 +69,31 @@ class LiveLexical:
         """The terms of ``texts`` by the base's analyzer (the segment's passages were made with it)."""
         return self.base.tokenize(texts)
 
-    def idf(self, terms: np.ndarray) -> np.ndarray:
-        """(n,) float32 idf of term columns ``terms`` over the live passages."""
-        terms = np.asarray(terms, np.int64)
+    def idf(self, terms: Sequence[str]) -> np.ndarray:
+        """(n,) float32 idf of ``terms`` over the live passages."""
+        base = np.fromiter((self.vocab.get(t, -1) for t in terms), np.int64, count=len(terms))  # (-1: the base lacks it)
         df = np.zeros(len(terms), np.int64)
-        in_base = terms < self.n_base_terms
-        df[in_base] = self.base_terms.df[terms[in_base]]
-        df -= _count_of(self.dead_terms, self.dead_df, terms)
+        in_base = base >= 0
+        df[in_base] = self.base_terms.df[base[in_base]]
+        df -= _count_of(self.dead_terms, self.dead_df, base)
         for postings in self.segment:
-            df += _count_of(postings.terms, np.diff(postings.starts), terms)
+            own = np.fromiter((postings.new_terms.get(t, _NONE) for t in terms), np.int64, count=len(terms))
+            df += _count_of(postings.terms, np.diff(postings.starts), np.where(in_base, base, own))
         return np.where(df > 0, np.log(1 + (self.n_live - df + 0.5) / (df + 0.5)), 0.0).astype(np.float32)
 
-    def term_scores(self, term: int, idf: np.float32) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def term_scores(self, term: str, idf: np.float32) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """The passages holding ``term`` and their BM25 score for it (0 for passages not live): the base's, then the
         segment's (each read where it lies, not copied together: a common term has a long list in the base)."""
-        if term < self.n_base_terms:
+        column = self.vocab.get(term)
+        if column is not None:
             tf_of = self.base_terms.by_term
-            a, b = tf_of.indptr[term], tf_of.indptr[term + 1]
+            a, b = tf_of.indptr[column], tf_of.indptr[column + 1]
             rows = tf_of.indices[a:b]
             s = self._scored(idf, tf_of.data[a:b], self.base_terms.doc_len[rows])
             yield rows, np.where(self.dead[rows], np.float32(0), s)
         for postings, first in zip(self.segment, self.seg_first[:-1].tolist(), strict=True):
-            held = postings.of_term(term)
+            own = postings.column(term, column)
+            held = None if own is None else postings.of_term(own)
             if held is not None:
                 rows, tf = held
                 yield rows + first, self._scored(idf, tf, postings.lengths[rows])
@@ -108,9 +110,9 @@ class LiveLexical:
         lists: list[list[TermList]] = []
         bounds = []
         for words in self.tokenize(questions) if terms is None else terms:
-            held = [c for t in words if (c := self.vocab.get(t)) is not None and c < self.n_terms]
+            held = [t for t in words if t in self.vocab or any(t in s.new_terms for s in self.segment)]
             lists.append([])
-            for term, idf in zip(held, self.idf(np.asarray(held, np.int64)), strict=True):
+            for term, idf in zip(held, self.idf(held), strict=True):
                 parts = list(self.term_scores(term, idf))
                 lists[-1].append((np.concatenate([np.zeros(0, np.int64), *(rows for rows, _ in parts)]),
                                   np.concatenate([np.zeros(0, np.float32), *(s for _, s in parts)])))
@@ -142,19 +144,33 @@ class SegmentPostings:
     tf: np.ndarray
     lengths: np.ndarray
     total: int
+    new_terms: dict[str, int] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, columns: Sequence[np.ndarray]) -> SegmentPostings:
-        """The postings of passages whose terms are ``columns`` (each passage's, ``BaseTerms.numbered``)."""
+    def of(cls, written: Sequence[WrittenTerms]) -> SegmentPostings:
+        """The postings of the passages of documents whose terms are ``written`` (``BaseTerms.numbered``), in order:
+        the terms the base lacks numbered -1, -2, ... in the run (``new_terms``)."""
+        new: dict[str, int] = {}
+        local = np.fromiter((new.setdefault(t, -1 - len(new)) for doc in written for t in doc.new), np.int64)
+        columns = [c for doc in written for c in doc.columns]
         lengths = np.asarray([len(c) for c in columns], np.int64)
+        cols = np.concatenate([np.zeros(0, np.int64), *columns])
+        if len(local):  # a document's -1 - k is its new[k]: the run's column of that term, after the documents' before
+            first_new = np.cumsum([0, *(len(doc.new) for doc in written[:-1])])
+            doc_terms = [int(sum(len(c) for c in doc.columns)) for doc in written]
+            neg = cols < 0
+            cols[neg] = local[np.repeat(first_new, doc_terms)[neg] - 1 - cols[neg]]
         width = max(len(columns), 1)
         # (term, passage) pairs in order, each once with its count
-        pairs = np.sort(np.concatenate([np.zeros(0, np.int64), *columns]) * width
-                        + np.repeat(np.arange(len(columns)), lengths))
+        pairs = np.sort(cols * width + np.repeat(np.arange(len(columns)), lengths))
         first = np.flatnonzero(np.r_[True, pairs[1:] != pairs[:-1]]) if len(pairs) else np.zeros(0, np.int64)
-        terms, starts = _runs_of(pairs[first] // width)
+        terms, starts = _runs_of(pairs[first] // width)  # (floor division: a new term's column stays negative)
         return cls(terms, starts, pairs[first] % width, np.diff(np.r_[first, len(pairs)]).astype(np.float32),
-                   lengths, int(lengths.sum()))
+                   lengths, int(lengths.sum()), new)
+
+    def column(self, term: str, base_column: int | None) -> int | None:
+        """``term``'s column in these postings: the base's where it has one, else the run's own; None: neither."""
+        return base_column if base_column is not None else self.new_terms.get(term)
 
     def of_term(self, term: int) -> tuple[np.ndarray, np.ndarray] | None:
         """The passages holding ``term`` and its count in each; None where none does."""
@@ -163,6 +179,9 @@ class SegmentPostings:
             return None
         a, b = self.starts[at], self.starts[at + 1]
         return self.rows[a:b], self.tf[a:b]
+
+
+_NONE = np.iinfo(np.int64).min  # a column no postings hold: a term a run lacks
 
 
 def _runs_of(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -179,41 +198,39 @@ def _count_of(keys: np.ndarray, counts: np.ndarray, terms: np.ndarray) -> np.nda
     return np.where(keys[at] == terms, counts[at], 0)
 
 
+class WrittenTerms(NamedTuple):
+    """A written document's BM25 terms over a base (``BaseTerms.numbered``): ``columns``, each passage's terms as the
+    base's columns, a term the base lacks as ``-1 - k`` for ``new[k]``; ``new``: those terms, each once."""
+
+    columns: list[np.ndarray]
+    new: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class BaseTerms:
     """Term frequencies of a base's passages: tf (P, V) CSR, vocab {term: column}, doc_len (P,) terms a passage;
-    ``by_term``, ``df`` and ``total_len`` are made once a base, for its snapshots. ``extra``: the written documents'
-    terms the base has not, numbered after its own as writes bring them (``numbered``), for every later snapshot."""
+    ``by_term``, ``df`` and ``total_len`` are made once a base, for its snapshots. The written documents' terms the
+    base lacks are numbered by each run of postings that holds them (``SegmentPostings.new_terms``), not here: kept
+    with the base, every such term ever written stayed numbered until a merge, those of documents deleted or replaced
+    since among them (69 MB after one document was replaced 20,000 times, each version with 30 new terms)."""
 
     tf: Any
     vocab: dict[str, int]
     doc_len: np.ndarray
-    extra: dict[str, int] = field(default_factory=dict, compare=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
-
-    @functools.cached_property
-    def vocabulary(self) -> Mapping[str, int]:
-        """Every term's column: the base's, then the written documents' (``extra``)."""
-        return ChainMap(self.extra, self.vocab)
-
-    @property
-    def n_terms(self) -> int:
-        """The terms numbered so far, the base's and the written documents'."""
-        return self.tf.shape[1] + len(self.extra)
 
     @functools.cached_property
     def total_len(self) -> int:
         """The terms of every passage together."""
         return int(self.doc_len.sum())
 
-    def numbered(self, terms: Sequence[list[str]]) -> list[np.ndarray]:
-        """Each passage's terms (a written document's) as their columns, a term the base has not numbered after the
-        base's once (``extra``): a dictionary lookup a term, once a document, not at each write."""
-        known, n = self.vocab.get, self.tf.shape[1]  # (a plain dict's lookup: a ChainMap's cost 5 us a term)
-        with self._lock:
-            extra = self.extra
-            return [np.fromiter((c if (c := known(t)) is not None else extra.setdefault(t, n + len(extra))
-                                 for t in ts), np.int64, count=len(ts)) for ts in terms]
+    def numbered(self, terms: Sequence[list[str]]) -> WrittenTerms:
+        """A written document's passages' terms as the base's columns, those the base lacks numbered in the document
+        (``WrittenTerms``): a dictionary lookup a term, once a document, not at each write."""
+        known = self.vocab.get  # (a plain dict's lookup)
+        new: dict[str, int] = {}
+        columns = [np.fromiter((c if (c := known(t)) is not None else -1 - new.setdefault(t, len(new)) for t in ts),
+                               np.int64, count=len(ts)) for ts in terms]
+        return WrittenTerms(columns, tuple(new))
 
     @functools.cached_property
     def by_term(self) -> Any:

@@ -60,7 +60,7 @@ from spanseek.core.fieldindex import FieldIndex, JoinedFieldIndex, run_positions
 from spanseek.core.flat_search import flat_vectors
 from spanseek.core.hits import HitBuilder
 from spanseek.core.lexical import passage_text, tokenize
-from spanseek.core.live_lexical import BaseTerms, LiveLexical, SegmentPostings
+from spanseek.core.live_lexical import BaseTerms, LiveLexical, SegmentPostings, WrittenTerms
 from spanseek.core.phrase_index import (
     PhraseIndex,
     as_float32,
@@ -234,7 +234,7 @@ def written_parts(doc: EncodedDocument, index: Any, keep_codes: bool) -> Written
     return parts
 
 
-def term_columns(doc: EncodedDocument, base_terms: BaseTerms) -> list[np.ndarray]:
+def term_columns(doc: EncodedDocument, base_terms: BaseTerms) -> WrittenTerms:
     """``doc``'s passages' BM25 terms as columns of ``base_terms`` (``BaseTerms.numbered``), made at the first
     snapshot that holds the document and kept on it, as ``written_parts`` are: a write numbers its own terms."""
     made = doc.__dict__.get("_term_columns")
@@ -256,7 +256,7 @@ def live_lexical(base: PhraseIndex, base_terms: BaseTerms, segment: Sequence[Enc
     built over runs of its documents, each run once a base (``core.segment_log``), read by the later snapshots."""
     assert base.lexical is not None
     postings = segment_chunks(base_terms, "postings", segment, lambda docs, _: SegmentPostings.of(
-        [c for doc in docs for c in term_columns(doc, base_terms)]))
+        [term_columns(doc, base_terms) for doc in docs]))
     return LiveLexical(base.lexical, base_terms, [c.part for c in postings], passages_of(base, deleted_docs))
 
 
