@@ -70,6 +70,7 @@ class SegmentChunks(Generic[T]):
         self.chunks: list[Chunk[T]] = []
         self._lock = threading.Lock()
         self._queued: set[tuple[int, int]] = set()  # the runs handed to the joining thread, not joined yet
+        self._failed: set[tuple[int, int]] = set()  # joins that failed, not tried again while their documents stay
 
     def of(self, segment: Sequence[Any], build: Callable[[Sequence[Any], int], T]) -> tuple[Chunk[T], ...]:
         """The chunks covering ``segment``'s documents, in order (the first from 0, each from the last's stop), those
@@ -87,6 +88,7 @@ class SegmentChunks(Generic[T]):
             self.chunks = [held[run] if run in held else Chunk(*run, build(self.docs[run[0]:run[1]], run[0]))
                            for run in counter_runs([(c.start, c.stop) for c in kept], len(segment), INLINE_RUN)]
             self._queued = {run for run in self._queued if run[1] <= covered}  # (those past it: documents left)
+            self._failed = {run for run in self._failed if run[1] <= covered}
             due = self._due()
             out = tuple(self.chunks)
         for run, docs in due:
@@ -102,7 +104,7 @@ class SegmentChunks(Generic[T]):
         for a, b in itertools.pairwise(self.chunks):
             run = (a.start, b.stop)
             if (a.stop - a.start == b.stop - b.start >= INLINE_RUN and b.stop + INLINE_RUN <= len(self.docs)
-                    and run not in self._queued and not any(r[0] < run[1] and run[0] < r[1] for r in self._queued)):
+                    and run not in self._queued and run not in self._failed and not any(r[0] < run[1] and run[0] < r[1] for r in self._queued)):
                 self._queued.add(run)
                 due.append((run, tuple(self.docs[run[0]:run[1]])))
         return due
@@ -124,9 +126,11 @@ class SegmentChunks(Generic[T]):
             JOINER.add(self, later, later_docs, build)
 
     def dropped(self, run: tuple[int, int]) -> None:
-        """``run``'s join failed: its chunks stay as they are, and it may be handed to the thread again."""
+        """``run``'s join failed: its chunks stay as they are, and it is not tried again while its documents stay
+        (each write would try it again, and log its failure again)."""
         with self._lock:
             self._queued.discard(run)
+            self._failed.add(run)
 
 
 class _Joiner:
@@ -151,22 +155,25 @@ class _Joiner:
 
     def _run(self) -> None:
         while True:
-            self._join(*self._jobs.get())
-            self._jobs.task_done()
+            job = self._jobs.get()
+            try:
+                self._join(*job)
+            finally:  # (a join that failed counts as done: ``wait`` returns)
+                del job
+                self._jobs.task_done()
 
     @staticmethod
     def _join(ref: Any, run: tuple[int, int], docs: tuple[Any, ...], build: Callable[..., Any]) -> None:
-        """One join: nothing of it (its documents, its build, which may refer to a base's terms) is held after it."""
+        """One join: nothing of it (its documents, its build, which may refer to a base's terms) is held after it.
+        One that fails (memory, say) leaves the runs unjoined, read as they are, and the thread goes on."""
         chunks = ref()
         if chunks is None:  # (its base is gone)
             return
         try:
-            part = build(docs, run[0])
-        except Exception:  # (memory, say): the runs stay unjoined, and snapshots read them as they are
+            chunks.join(run, docs, build(docs, run[0]), build)
+        except Exception:
             log.exception("joining the segment's documents %d to %d failed; they are read unjoined", *run)
             chunks.dropped(run)
-            return
-        chunks.join(run, docs, part, build)
 
     def wait(self) -> None:
         """Return once every join handed to the thread so far (and those they made due) is done."""

@@ -849,6 +849,35 @@ def test_no_write_builds_a_run_longer_than_the_inline_run_itself(monkeypatch):
         terms, seg_terms, np.ones(len(base.passages) + len(seg_terms), bool), questions))
 
 
+def test_a_join_that_fails_leaves_its_runs_unjoined_and_the_joining_thread_goes_on(monkeypatch):
+    """A join whose build fails (memory, say) leaves the runs it was to join as they are, read in order, and is not
+    tried again at each write while its documents stay; the joining thread goes on: ``wait_for_joins`` returns, and
+    a later join is made."""
+    import spanseek.core.segment_log as segment_log
+
+    monkeypatch.setattr(segment_log, "INLINE_RUN", 2)
+    failing, tried = [True], []
+
+    def build(docs, start):
+        if len(docs) > 2 and failing[0]:
+            tried.append((start, len(docs)))
+            raise MemoryError("no room for the join")
+        return tuple(docs)
+
+    chunks, docs = segment_log.SegmentChunks(), [object() for _ in range(14)]
+    for k in range(1, 13):
+        chunks.of(docs[:k], build)
+    wait_for_joins()
+    got = chunks.of(docs[:12], build)
+    assert max(c.stop - c.start for c in got) == 2 and [d for c in got for d in c.part] == docs[:12]
+    assert tried and len(tried) == len(set(tried))
+    failing[0] = False
+    chunks.of(docs, build)
+    wait_for_joins()
+    got = chunks.of(docs, build)
+    assert max(c.stop - c.start for c in got) >= 4 and [d for c in got for d in c.part] == docs
+
+
 def test_replacing_or_deleting_an_early_segment_document_builds_each_later_run_once(monkeypatch):
     """A segment document replaced or deleted near the start of a segment of 256: the next snapshot builds the field
     index parts and BM25 postings of the documents after it once each, in runs of at most ``INLINE_RUN``, which the
