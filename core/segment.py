@@ -79,9 +79,11 @@ from spanseek.core.selection import int64_vector
 from spanseek.core.widened import widened_rows
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class EncodedDocument:
     """One document encoded as an index build encodes it (``indexer.shards``): its store records and token rows.
+    Compared by identity: what a base's snapshots share finds the documents it holds so (``core.segment_log``), and
+    arrays have no single truth value to compare by.
 
     record: its ``docs.jsonl`` line; passages: its ``passages.jsonl`` lines without ``doc``; vectors: (n, d) float16;
     offsets: (n, 2) int32; flags: (n,) uint8; ntokens: (p,) tokens per passage; kept: (n,) bool, the tokens faiss

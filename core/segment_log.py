@@ -259,7 +259,13 @@ class AppendedRows:
 
 
 def held_prefix(held: Sequence[Any], segment: Sequence[Any]) -> int:
-    """How many of ``segment``'s first documents are ``held``'s (the same objects, in the same places)."""
+    """How many of ``segment``'s first documents are ``held``'s (the same objects, in the same places). Documents
+    compare by identity (``core.segment.EncodedDocument``), so a segment that holds the held documents first, as a
+    write's does, is found so by one list comparison, in C (each write's snapshot compared each pair in Python, for
+    each of its parts: 0.5 ms a write at 5,000 written documents); otherwise the first that differs is looked for."""
+    n = min(len(held), len(segment))
+    if list(held[:n]) == list(segment[:n]):
+        return n
     same = list(map(operator.is_, held, segment))
     return same.index(False) if False in same else len(same)
 

@@ -849,6 +849,28 @@ def test_no_write_builds_a_run_longer_than_the_inline_run_itself(monkeypatch):
         terms, seg_terms, np.ones(len(base.passages) + len(seg_terms), bool), questions))
 
 
+def test_a_write_s_parts_find_their_documents_held_without_comparing_them_one_by_one_in_python(monkeypatch):
+    """A write's snapshot finds the documents each of its parts holds by one comparison of lists (documents compare
+    by identity), not a Python call for each pair (0.5 ms of a write's 1.4 at 5,000 written documents); a segment that
+    lost a document still finds the first that differs, and the snapshot reads what one built over its documents
+    does."""
+    import spanseek.core.segment_log as segment_log
+
+    pairs = []
+    monkeypatch.setattr(segment_log, "operator", SimpleNamespace(
+        is_=lambda a, b: pairs.append(1) or a is b, index=operator.index))
+    rng = random.Random(0)
+    base, terms, template, segment = written_one_by_one(40, rng)
+    pairs.clear()
+    segment.append(encoded({"id": "new", "title": "n", "meta": {"i": 40}}, rng))
+    LiveIndex(base, segment, np.zeros(0, np.int64), template, terms)
+    assert pairs == []  # (each pair of 40 was compared in Python, for each part)
+    del segment[5]
+    live = LiveIndex(base, segment, np.zeros(0, np.int64), template, terms)
+    assert pairs
+    filters_as_built_over(live, base.docs + [doc.record for doc in segment], rng, 5)
+
+
 def test_a_join_that_fails_leaves_its_runs_unjoined_and_the_joining_thread_goes_on(monkeypatch):
     """A join whose build fails (memory, say) leaves the runs it was to join as they are, read in order, and is not
     tried again at each write while its documents stay; the joining thread goes on: ``wait_for_joins`` returns, and
