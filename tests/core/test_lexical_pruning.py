@@ -91,8 +91,8 @@ def test_pruned_top_units_of_a_live_snapshot_are_those_of_every_match(seed):
     tf = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(base), len(vocab)))
     tf.sum_duplicates()
     terms = BaseTerms(tf, vocab, np.asarray([len(t) for t in base]))
-    columns = terms.numbered(segment)
-    runs = [SegmentPostings.of(columns[a:b]) for a, b in ((0, 15), (15, 16), (16, 40))]
+    written = [terms.numbered([passage]) for passage in segment]  # (each segment passage a document of its own)
+    runs = [SegmentPostings.of(written[a:b]) for a, b in ((0, 15), (15, 16), (16, 40))]
     dead = np.flatnonzero(np.random.default_rng(seed).random(len(base)) < 0.2)
     live = LiveLexical(SimpleNamespace(retriever=SimpleNamespace(k1=1.5, b=0.75, method="lucene")), terms, runs,
                        dead)  # type: ignore[arg-type]
