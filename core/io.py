@@ -263,14 +263,16 @@ def given_path(path: str, flag: str, file: bool = False) -> str:
 
 
 @contextlib.contextmanager
-def naming_flag(flag: str, *kinds: type[Exception]) -> Iterator[None]:
+def naming_flag(flag: str | None, *kinds: type[Exception]) -> Iterator[None]:
     """The errors of ``kinds`` raised inside, their message led by ``flag``, the command's flag (or setting) that gave
     the path they name: ``--index work/idx: no such index directory``, as ``given_path`` names a missing file's flag
     (the path alone left the user to find which of the command's paths it was). Each kind takes its message as its
-    one argument."""
+    one argument. ``flag`` None (a path given as an operand, or by a library caller): they are left as they are."""
     try:
         yield
     except kinds as e:
+        if flag is None:
+            raise
         raise type(e)(f"{flag} {e}") from None
 
 

@@ -72,7 +72,7 @@ from spanseek.core.fieldindex import FieldIndex, FilterTree
 from spanseek.core.fine_store import DEFAULT_STORE, STORES, FineStore, open_fine_store, store_files
 from spanseek.core.fine_store import VECTORS as VECTORS
 from spanseek.core.fine_store import as_float32 as as_float32
-from spanseek.core.io import write_json_atomic
+from spanseek.core.io import naming_flag, write_json_atomic
 from spanseek.core.lexical import DEFAULT_FUSION, LEXICAL_DIR, LexicalIndex
 from spanseek.core.params import VECTOR_SOURCES
 
@@ -372,6 +372,15 @@ def recover_locked(index_dir: Path, committing: bool = False) -> str | None:
         log.warning("%s: removed the partial files of an unfinished `index add`, `upsert` or `compact` (rolled back; "
                     "the index is as it was before it)", index_dir)
     return outcome
+
+
+def given_index(index_dir: str | Path, flag: str | None) -> Manifest:
+    """The manifest of ``index_dir``, given as the command's ``flag`` (``--index``, ``--from-index``); a path that is
+    no index (missing, a file, a folder without a manifest, an unfinished build, a damaged manifest) is an
+    IndexFormatError led by the flag, ``--index runs/: not an index directory ...``, before the command loads a model
+    or reads its other files (the path alone left the user to find which of the command's paths it was)."""
+    with naming_flag(flag, IndexFormatError):
+        return Manifest.load(index_dir)
 
 
 def check_index(index_dir: str | Path, contents: bool = True, recovered: bool = False) -> Manifest:

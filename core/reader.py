@@ -98,15 +98,19 @@ class ReaderModel(nn.Module):
         self.load_state_dict({n: t.float() for n, t in state.items()}, strict=False)
 
 
-def resolve_reader(ref: str | Path) -> Path:
-    """``default`` -> the bundled reader; otherwise a reader directory (ModelError when it is not one)."""
+def resolve_reader(ref: str | Path, flag: str | None = None) -> Path:
+    """``default`` -> the bundled reader; otherwise a reader directory (ModelError when it is not one). ``flag``: the
+    command's flag (or setting) that gave ``ref``, which leads the error, ``--reader runs/r: not a reader directory``
+    (else ``reader 'runs/r'``)."""
     path = DEFAULT_READER_DIR if str(ref) == "default" else Path(ref)
+    given = f"{flag} {ref}" if flag is not None else f"reader {str(ref)!r}"
+    if str(path) != str(ref):  # (the bundled one: where it is)
+        given += f" ({path})"
     if not (path / READER_CONFIG_NAME).is_file() or not (path / READER_WEIGHTS_NAME).is_file():
         if (path / "last" / READER_CONFIG_NAME).is_file():  # a `train reader` run's directory, as models' are named
-            raise ModelError(f"reader {str(ref)!r}: {path} is a training run, not a reader directory; its reader is "
-                             f"{path / 'last'}")
-        raise ModelError(f"reader {str(ref)!r}: {path} is not a reader directory (it needs {READER_CONFIG_NAME} and "
-                         f"{READER_WEIGHTS_NAME}; train one with `spanseek train reader`)")
+            raise ModelError(f"{given}: a training run, not a reader directory; its reader is {path / 'last'}")
+        raise ModelError(f"{given}: not a reader directory (it needs {READER_CONFIG_NAME} and {READER_WEIGHTS_NAME}; "
+                         "train one with `spanseek train reader`)")
     return path
 
 

@@ -130,23 +130,20 @@ def _build(args: argparse.Namespace) -> int:
 
 def _add(args: argparse.Namespace) -> int:
     """`index add`, and `index upsert` (which replaces the documents whose id the index holds)."""
-    from contextlib import nullcontext
-
-    from spanseek.core.io import naming_flag
     from spanseek.core.model import given_model
-    from spanseek.core.phrase_index import IndexFormatError
     from spanseek.indexer.add import upsert_documents
+    from spanseek.indexer.build import check_ray
 
     encode = from_args(EncodeOptions, args, progress=not args.quiet)
     opts = BuildOptions(**{f.name: getattr(encode, f.name) for f in dataclasses.fields(EncodeOptions)})
     replace = args.index_command == "upsert"
     t0 = time.perf_counter()
-    index = _index_dir(args.index)
     given_model(args.model, "--model")
-    # (its options are checked first, by upsert_documents: an index that is none is said there, naming the flag)
-    with naming_flag("--index", IndexFormatError) if not Path(index).is_dir() else nullcontext():
-        m, changes = upsert_documents(index, _corpus_file(args.corpus), model=args.model, opts=opts, replace=replace,
-                                      live_dir=_live_dir(args.live_dir)[0])
+    corpus = _corpus_file(args.corpus)
+    check_ray(opts)  # the options, then the index they change
+    index = _index_dir(args.index, "--index")
+    m, changes = upsert_documents(index, corpus, model=args.model, opts=opts, replace=replace,
+                                  live_dir=_live_dir(args.live_dir)[0])
     done = (f"added {changes.added}, replaced {changes.replaced}, unchanged {changes.unchanged} documents" if replace
             else f"added {changes.added} document{'s' * (changes.added != 1)}")
     print(done, file=sys.stderr)
@@ -155,10 +152,12 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    from spanseek.indexer.lifecycle import delete_documents, read_ids
+    from spanseek.indexer.lifecycle import NO_IDS, delete_documents, read_ids
 
-    print(json.dumps(delete_documents(_index_dir(args.index, "--index"), read_ids(args.ids, args.ids_file),
-                                      _live_dir(args.live_dir)[0]), indent=2))
+    if args.ids is None and args.ids_file is None:  # the flags, then the index they name
+        raise ValueError(NO_IDS)
+    ids = read_ids(args.ids, args.ids_file)
+    print(json.dumps(delete_documents(_index_dir(args.index, "--index"), ids, _live_dir(args.live_dir)[0]), indent=2))
     return 0
 
 
@@ -227,9 +226,9 @@ def _snapshot(args: argparse.Namespace) -> int:
 def _index_dir(path: str, flag: str | None = None) -> str:
     """The index directory that ``--index`` names: the path itself, or the directory an alias's pointer file names
     (`index switch --pointer`), as `spanseek serve` reads an alias (a symlink alias the system follows). With
-    ``flag``, a path that is no directory (missing, or a file that is no pointer file: a corpus given as the index) is
-    refused here, the error naming the flag (``--index work/idx: no such index directory``); without, it is left as
-    given, for opening it to say what it is."""
+    ``flag``, a path that is no index (missing, a file that is no pointer file: a corpus given as the index, a folder
+    without a manifest) is refused here, the error naming the flag (``--index work/idx: not an index directory``);
+    without, it is left as given, for opening it to say what it is."""
     target = path
     if Path(path).is_file():
         from spanseek.core.alias import AliasError, resolve_alias
@@ -238,20 +237,17 @@ def _index_dir(path: str, flag: str | None = None) -> str:
             target = str(resolve_alias(path).target)
         except (AliasError, OSError):
             pass
-    if flag is not None and not Path(target).is_dir():
-        from spanseek.core.io import naming_flag
-        from spanseek.core.phrase_index import IndexFormatError, Manifest
+    if flag is not None:
+        from spanseek.core.phrase_index import given_index
 
-        with naming_flag(flag, IndexFormatError):
-            Manifest.load(target)  # (says what the path is: missing, a file)
+        given_index(target, flag)  # (says what the path is: missing, a file, a folder of something else)
     return target
 
 
-def _corpus_file(path: str, jsonl: bool = True) -> str:
+def _corpus_file(path: str) -> str:
     """``--corpus``, refused when it names an index directory: its documents are not a corpus until exported (the
     advice for a folder, to convert its files with `corpus from-files`, does not fit an index); any other path that is
-    no JSONL corpus (a folder, a Markdown or SQuAD file) is refused naming the flag, with the command that makes one;
-    ``jsonl`` off (`eval --corpus`, which takes other forms too), it is left to the command."""
+    no JSONL corpus (a folder, a Markdown or SQuAD file) is refused naming the flag, with the command that makes one."""
     from spanseek.core.io import given_path
     from spanseek.core.phrase_index import MANIFEST
     from spanseek.indexer.ingest import corpus_problem
@@ -259,7 +255,7 @@ def _corpus_file(path: str, jsonl: bool = True) -> str:
     if (Path(given_path(path, "--corpus")) / MANIFEST).is_file():
         raise ValueError(f"--corpus {path} is an index directory, not a JSONL corpus; `spanseek index export --index "
                          f"{path} --out CORPUS.jsonl` writes its documents as one")
-    if jsonl and (problem := corpus_problem(path)) is not None:
+    if (problem := corpus_problem(path)) is not None:
         raise ValueError(f"--corpus {problem}")
     return path
 
@@ -299,7 +295,7 @@ def _verify(args: argparse.Namespace) -> int:
     if args.live_dir is not None:  # one named that is not there (a typo) is refused, not verified as no live directory
         given_path(args.live_dir, "--live-dir")
     report = verify_index(index, sample=args.sample, k=args.k, nprobe=args.nprobe,
-                          live_dir=_verified_live_dir(args.live_dir, index))
+                          live_dir=_verified_live_dir(args.live_dir, index), flag=None if args.index is None else "--index")
     print(json.dumps(report, indent=2))
     return 0 if report["ok"] else 1
 
@@ -391,6 +387,7 @@ def _search(args: argparse.Namespace) -> int:
         raise ValueError("no questions to search: give them as arguments, one a line on stdin, or in --questions FILE")
     index = _index_dir(args.index, "--index")
     given_model(args.model, "--model")
+    _given_reader(args.reader if params.read else None)
     # One precision however many questions are asked, the service's default (auto: from the device's features, no
     # start-up timing; on a CPU the encoder and the reader then run on ONNX Runtime in fp32 where it is installed), so
     # a question gets the same hits and scores alone as among others
@@ -460,12 +457,13 @@ def _eval(args: argparse.Namespace) -> int:
     from spanseek.indexer.evaluate import run_eval
 
     params = from_args(SearchParams, args, only=EVAL_SEARCH_FLAGS)  # the options, then the files they name
-    corpus = _corpus_file(args.corpus, jsonl=False) if args.corpus else None
-    given_path(args.questions, "--questions", file=True)
     for flag, given in (("--questions", args.questions), ("--corpus", args.corpus)):
         if args.out is not None and given is not None and _same_file(args.out, given):  # the metrics would replace it
             raise ValueError(f"--out {args.out} is the {flag} file to read; write the metrics somewhere else")
+    corpus = _corpus_file(args.corpus) if args.corpus else None
+    given_path(args.questions, "--questions", file=True)
     index = _index_dir(args.index, "--index") if args.index is not None else None
+    _given_reader(args.reader if params.read else None)
     # the model that built --index, as `spanseek search` takes it (None); a temporary index is built with `default`
     model = args.model if args.model is not None else ("default" if index is None else None)
     m = run_eval(args.questions, model, index=index, corpus=corpus,
@@ -490,6 +488,15 @@ def _add_lexical(args: argparse.Namespace) -> int:
     m = add_lexical(_index_of(args), _live_dir(args.live_dir)[0])
     print(json.dumps(m.lexical, indent=2))
     return 0
+
+
+def _given_reader(reader: str | None) -> None:
+    """``--reader``, when it is read (``--read``), refused naming the flag unless it is a reader directory or
+    ``default`` (``core.reader.resolve_reader``), before a model is loaded."""
+    if reader is not None:
+        from spanseek.core.reader import resolve_reader
+
+        resolve_reader(reader, "--reader")
 
 
 def _reader_flag(p: argparse.ArgumentParser) -> None:

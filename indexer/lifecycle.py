@@ -48,6 +48,9 @@ from spanseek.indexer.lexical import write_lexical
 log = logging.getLogger(__name__)
 
 
+NO_IDS = "no document ids to delete (give --ids and/or --ids-file)"
+
+
 def read_ids(ids: str | None = None, ids_file: str | Path | None = None) -> list[str]:
     """Document ids from a comma-separated list and/or a UTF-8 file of one id a line (blank lines skipped), in order,
     each once; a file that is not UTF-8 raises CorpusError naming it and the line."""
@@ -69,7 +72,7 @@ def delete_documents(index_dir: str | Path, ids: Iterable[str], live_dir: str | 
     index_dir = Path(index_dir)
     ids = list(dict.fromkeys(ids))
     if not ids:
-        raise ValueError("no document ids to delete (give --ids and/or --ids-file)")
+        raise ValueError(NO_IDS)
     with stopped_cleanly(f"the delete from {index_dir}"), locked_index(index_dir, "delete", live_dir) as old:
         _, deleted, live = live_rows(index_dir)
         # each id in the spelling a live document holds it in (core.ids.held_id: as given, NFC, NFD or another of the

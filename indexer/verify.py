@@ -230,7 +230,7 @@ def verify_live(index: PhraseIndex, live: Path, problems: list[str]) -> dict[str
 
 def verify_index(
     index_dir: str | Path, sample: int = 1000, k: int = 10, nprobe: int | None = None,
-    live_dir: str | Path | None = None,
+    live_dir: str | Path | None = None, flag: str | None = None,
 ) -> dict[str, Any]:
     """Check an index and measure it: ``{"ok", "problems", "manifest": counts, "model": built_by, "documents",
     "live", "recall", "memory"}``.
@@ -239,7 +239,8 @@ def verify_index(
     read, maps that disagree, or a recall far below the build's; and in the live directory of a server with writes
     over the index (``live_dir``, by default the index path + ``.live``; ``"live"`` is None where it holds no
     ``state.json``), what a start with writes would refuse (``check_live``). ``sample``, ``k`` and ``nprobe`` must
-    be integers >= 1 (ValueError, before the index is read).
+    be integers >= 1 (ValueError, before the index is read). ``flag``: the command's flag that gave ``index_dir``
+    (``--index``), which leads the problem of a path that is no index (``core.phrase_index.given_index``).
     """
     for name, value in (("sample", sample), ("k", k), ("nprobe", nprobe)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -248,7 +249,7 @@ def verify_index(
     try:
         if index_dir.is_dir():
             phrase_index.recover(index_dir)
-        manifest = phrase_index.Manifest.load(index_dir)
+        manifest = phrase_index.given_index(index_dir, flag)
     except IndexFormatError as e:
         return {"ok": False, "problems": [str(e)]}
     problems = integrity.check_files(index_dir, manifest.files) if manifest.files is not None else []

@@ -72,26 +72,25 @@ def check_servable(settings: Settings) -> Path:
     another server writes to it (but for a standby, ``writes_standby``, which waits for it); from the manifest and
     the models' configs and fingerprints, loading no weights. An alias is checked through to its target. Returns the
     model directory that will serve (an earlier bundled default for an index it built)."""
-    from contextlib import nullcontext
-
     from spanseek.core.alias import AliasError, resolve_alias
     from spanseek.core.config import EncoderConfig
     from spanseek.core.encoding import pick_device
     from spanseek.core.io import naming_flag
     from spanseek.core.loading import builder_name, check_search_device, index_model
     from spanseek.core.model import CONFIG_NAME, given_model, model_fingerprint, phrase_fingerprint
-    from spanseek.core.phrase_index import IndexFormatError, check_index
+    from spanseek.core.phrase_index import IndexFormatError, check_index, given_index
     from spanseek.service.live import follow_pointer_problem
 
     if (unwritten := follow_pointer_problem(Path(settings.index))) is not None:  # a replica started before the writer
         raise ValueError(f"{setting_names('index')} {unwritten}")
     try:
-        target = resolve_alias(settings.index).target
+        with naming_flag(setting_names("index"), AliasError):  # (a dangling symlink, a file that names no index)
+            target = resolve_alias(settings.index).target
     except OSError as e:  # a file read as a pointer whose first line is no path (a corpus): named, never quoted
         raise AliasError(f"{setting_names('index')} {settings.index}: not an index directory, nor a pointer file "
                          f"naming one (read as one: {e.strerror})") from None
-    with naming_flag(setting_names("index"), IndexFormatError) if not target.is_dir() else nullcontext():
-        manifest = check_index(target)  # (missing, or a file: said naming the setting, as the lines above)
+    given_index(target, setting_names("index"))  # (missing, a file, a folder of no index: said naming the setting)
+    manifest = check_index(target)
     given_model(settings.model, setting_names("model"))  # (a file, a folder of no model: said naming the setting)
     model_dir = index_model(manifest, settings.model, target)
     try:
@@ -104,7 +103,7 @@ def check_servable(settings: Settings) -> Path:
         from spanseek.core.reader import resolve_reader
         from spanseek.core.reading import READING_NAME
 
-        reader_dir = resolve_reader(settings.reader)
+        reader_dir = resolve_reader(settings.reader, setting_names("reader"))
         if not (reader_dir / READING_NAME).is_file():  # core.loading.open_reading refuses it
             raise ValueError(f"{setting_names('reader')}: {reader_dir} has no {READING_NAME} (fit one with "
                              "`spanseek train fit-reading`)")

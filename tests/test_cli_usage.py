@@ -276,9 +276,65 @@ def test_every_command_fails_as_argparse_does(tmp_path, capsys, argv, names):
     assert len(err) == 1 or err[0].startswith(f"usage: spanseek {command} "), err  # one line, or argparse's usage
 
 
+# (argv, the flag that gave {bad}, the path that is no index or reader); {index} and {model} are a built index and its
+# model, {train} a SQuAD file, {tmp} a test folder
+WRONG_KIND = [
+    (["index", "add", "--index", "{bad}", "--corpus", "{tmp}/c.jsonl"], "--index"),
+    (["index", "upsert", "--index", "{bad}", "--corpus", "{tmp}/c.jsonl"], "--index"),
+    (["index", "delete", "--index", "{bad}", "--ids", "a"], "--index"),
+    (["index", "compact", "--index", "{bad}"], "--index"),
+    (["index", "export", "--index", "{bad}", "--out", "{tmp}/e.jsonl"], "--index"),
+    (["index", "snapshot", "--index", "{bad}", "--out", "{tmp}/snap"], "--index"),
+    (["index", "add-lexical", "--index", "{bad}"], "--index"),
+    (["search", "--index", "{bad}", "q"], "--index"),
+    (["search", "--index", "{index}", "--read", "--reader", "{bad}", "q"], "--reader"),
+    (["eval", "--questions", "{train}", "--index", "{bad}"], "--index"),
+    (["eval", "--questions", "{train}", "--index", "{index}", "--read", "--reader", "{bad}"], "--reader"),
+    (["eval", "--questions", "{train}", "--corpus", "{bad}"], "--corpus"),
+    (["serve", "--index", "{bad}"], "--index / SPANSEEK_INDEX"),
+    (["serve", "--index", "{index}", "--model", "{model}", "--reader", "{bad}"], "--reader / SPANSEEK_READER"),
+    (["train", "calibrate", "--index", "{bad}", "--questions", "{train}", "--model", "{model}"], "--index"),
+    (["train", "mine", "--train", "{train}", "--out", "{tmp}/h.jsonl", "--miner", "model", "--index", "{bad}",
+      "--model", "{model}"], "--index"),
+    (["train", "qsft", "--train", "{train}", "--out", "{tmp}/run", "--model", "{model}", "--from-index", "{bad}"],
+     "--from-index"),
+    (["train", "filter", "--train", "{train}", "--out", "{tmp}/run", "--model", "{model}", "--from-index", "{bad}"],
+     "--from-index"),
+    (["train", "fit-reading", "--train", "{train}", "--out", "{tmp}/run", "--reader", "{bad}"], "--reader"),
+    (["train", "fit-reading", "--train", "{train}", "--out", "{tmp}/run", "--reader", "default", "--index", "{bad}"],
+     "--index"),
+    (["train", "reader-length-bias", "--train", "{train}", "--out", "{tmp}/run", "--reader", "{bad}"], "--reader"),
+    (["train", "reader", "--train", "{train}", "--out", "{tmp}/run", "--init", "{bad}"], "--init"),
+]
+
+
+@pytest.mark.parametrize("kind", ["file", "empty folder", "other folder"])
+@pytest.mark.parametrize(("argv", "flag"), WRONG_KIND, ids=[" ".join(a[:2] + [f]) for a, f in WRONG_KIND])
+def test_an_index_or_reader_of_the_wrong_kind_is_named_by_its_flag(tmp_path, capsys, tiny_index, tiny_model_dir,
+                                                                   tiny_squad, argv, flag, kind):
+    """A file, an empty folder or a folder of something else given as an index, a reader or eval's corpus: one line
+    naming the flag with the path (``--index runs/: not an index directory ...``), as a missing one was named; a
+    folder was named by its path alone (``runs/: not an index directory``), a reader as ``reader 'runs/'``, and the
+    file (or folder) given to the training jobs' --index and --from-index too."""
+    bad = tmp_path / ("bad.md" if flag == "--corpus" else "bad")  # (a JSONL file is a corpus)
+    if kind == "file":
+        bad.write_text(json.dumps({"id": "a", "title": "A", "paragraphs": ["In 1450 Gala built it."]}) + "\n")
+    else:
+        bad.mkdir()
+        if kind == "other folder":
+            (bad / "notes.txt").write_text("not an index, nor a reader\n")
+    (tmp_path / "c.jsonl").write_text(json.dumps({"id": "b", "title": "B", "paragraphs": ["Gala came."]}) + "\n")
+    given = {"bad": bad, "tmp": tmp_path, "index": tiny_index, "model": tiny_model_dir, "train": tiny_squad}
+    status, out, err = failure([a.format(**given) for a in argv], capsys)
+    assert status == 2 and out == "" and len(err) == 1, (status, out, err)
+    assert f": error: {flag} {bad}" in err[0] and "Traceback" not in err[0], err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "snap").exists()
+
+
 FACTORY_HELP = ("--factory takes 'auto' or a faiss factory string such as Flat, IVF256,SQ8 or OPQ32,IVF256,PQ32x4fs "
                 "(docs/compressed-index.md)")
 VALSETS = "give the --out directory of `spanseek train valsets`"
+NO_INDEX = "not an index directory (no manifest.json and no unfinished build); build one with `spanseek index build`"
 NO_MODEL = "not a spanseek model directory (no spanseek_config.json); train one with `spanseek train phrase`"
 MODEL_FILE = ("a file, not a model; give a model directory (what `spanseek train phrase` writes, holding "
               "spanseek_config.json and the weights) or a bundled model's name (default)")
@@ -303,13 +359,15 @@ MESSAGES = [
      "{missing}: not a spanseek model directory (there is no such directory) nor a bundled model (bundled: base, "
      "default, default-2026-11)"),
     (["train", "calibrate", "--index", "{missing}", "--questions", "{tmp}/file", "--model", "{tmp}/no-model"],  # model
-     "--index must be an index directory that exists, got {missing}"),
-    (["train", "calibrate", "--index", "{tmp}", "--questions", "{missing}", "--model", "{tmp}/no-model"],
+     "--index {missing}: no such index directory (build one with `spanseek index build`)"),
+    (["train", "calibrate", "--index", "{tmp}", "--questions", "{missing}", "--model", "{tmp}/no-model"],  # questions
+     f"--index {{tmp}}: {NO_INDEX}"),
+    (["train", "calibrate", "--from-examples", "{tmp}/file", "--questions", "{missing}", "--model", "{tmp}/no-model"],
      "--questions must be a file that exists, got {missing}"),
-    (["train", "calibrate", "--index", "{tmp}", "--questions", "{tmp}", "--model", "{tmp}/no-model"],  # the model
-     "--questions must be a file that exists, got {tmp}"),
+    (["train", "calibrate", "--from-examples", "{tmp}/file", "--questions", "{tmp}", "--model", "{tmp}/no-model"],
+     "--questions must be a file that exists, got {tmp}"),  # the model
     (["train", "calibrate", "--index", "{tmp}/file", "--questions", "{tmp}/file", "--model", "{tmp}/no-model"],
-     "--index must be an index directory that exists, got {tmp}/file"),
+     "--index {tmp}/file: a file, not an index directory (an index is the --out directory of `spanseek index build`)"),
     (["train", "calibrate", "--from-examples", "{tmp}", "--model", "{tmp}/no-model"],
      "--from-examples must be a file that exists, got {tmp}"),
 ]
@@ -340,7 +398,7 @@ WRONG_KINDS = [
     (["train", "mine", "--train", "{tmp}", "--out", "{tmp}/hard.jsonl"], "--train {tmp}: a directory, not a file"),
     (["eval", "--questions", "{tmp}/q.json", "--model", "{tmp}"], f"--model {{tmp}}: {NO_MODEL}"),
     (["eval", "--questions", "{tmp}/q.json", "--model", "{tmp}/file"], f"--model {{tmp}}/file: {MODEL_FILE}"),
-    (["search", "--index", "{tmp}", "--model", "{tmp}", "q"], f"--model {{tmp}}: {NO_MODEL}"),
+    (["search", "--index", "{tmp}", "--model", "{tmp}", "q"], f"--index {{tmp}}: {NO_INDEX}"),  # (the first named)
     (["index", "build", "--corpus", "{tmp}/c.jsonl", "--model", "{tmp}/file", "--out", "{tmp}/i"],
      f"--model {{tmp}}/file: {MODEL_FILE}"),
     (["index", "add", "--index", "{tmp}", "--corpus", "{tmp}/c.jsonl", "--model", "{tmp}"], f"--model {{tmp}}: {NO_MODEL}"),
@@ -352,7 +410,7 @@ WRONG_KINDS = [
     (["train", "mine", "--train", "{tmp}/file", "--out", "{tmp}/h.jsonl", "--miner", "model", "--model", "{tmp}"],
      f"--model {{tmp}}: {NO_MODEL}"),
     (["train", "calibrate", "--index", "{tmp}", "--questions", "{tmp}/file", "--model", "{tmp}/file"],
-     f"--model {{tmp}}/file: {MODEL_FILE}"),
+     f"--index {{tmp}}: {NO_INDEX}"),
 ]
 
 
@@ -737,3 +795,4 @@ def test_a_folder_given_as_the_corpus_is_named_by_its_flag(tmp_path, tiny_index,
 
     status, out, err = failure([a.format(tmp=tmp_path, index=tiny_index) for a in argv], capsys)
     assert (status, out, err) == (2, "", [f"spanseek {' '.join(argv[:2])}: error: --corpus {corpus_problem(tmp_path)}"])
+

@@ -57,7 +57,7 @@ from spanseek.core.io import CorpusError, Question, atomic_path, check_overwrite
 from spanseek.core.lexical import LexicalIndex, passage_text
 from spanseek.core.metrics import exact_match, passage_has_answer
 from spanseek.core.params import MODES, UNITS, SearchParams
-from spanseek.core.phrase_index import PhraseIndex
+from spanseek.core.phrase_index import PhraseIndex, given_index
 from spanseek.core.query_form import QUERY_FORMS, QueryForm, in_form
 from spanseek.core.search import Searcher
 from spanseek.trainer.arguments import check, positive
@@ -368,10 +368,10 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
         check(path is None or not Path(path).is_dir(), flag, "a file to write, not a directory", path)
     check_overwrite("--out", out, "model_fingerprint", "a calibration file")  # (a question file was replaced)
     check_examples_out(examples)
-    for flag, path, folder in (("--index", index_dir, True), ("--questions", questions_path, False),
-                               ("--from-examples", from_examples, False), ("--add-to", add_to, False)):  # cheap: named before the model is found
-        check(path is None or (Path(path).exists() and Path(path).is_dir() == folder), flag,
-              f"{'an index directory' if folder else 'a file'} that exists", path)
+    if index_dir is not None:  # cheap: named before the model is found
+        given_index(index_dir, "--index")
+    for flag, path in (("--questions", questions_path), ("--from-examples", from_examples), ("--add-to", add_to)):
+        check(path is None or (Path(path).exists() and not Path(path).is_dir()), flag, "a file that exists", path)
     given_model(model, "--model")
     model_dir = resolve_model(model)
     bundled = {path.resolve() for path in BUNDLED_MODELS.values()}

@@ -49,8 +49,6 @@ CONFIG_JOBS = {
 
 
 def _config_job(args: argparse.Namespace) -> int:
-    from spanseek.core.model import given_model
-
     config, target, _ = CONFIG_JOBS[args.train_command]
     module, function = target.split(":")
     run = getattr(importlib.import_module(f"spanseek.trainer.{module}"), function)
@@ -62,11 +60,26 @@ def _config_job(args: argparse.Namespace) -> int:
     options = from_args(config, args, **given)  # an option out of range is refused here
     # the files every job reads and writes, checked before it loads a model for minutes
     given_path(options.train, "--train", file=True)
-    for field, flag in (("model", "--model"), ("init_from", "--init-from")):  # (the phrase models a job starts from)
-        given_model(getattr(options, field, None), flag)
+    check_given(options)
     check_writable(options.out)
     print(json.dumps(run(options), indent=2))
     return 0
+
+
+def check_given(options: object) -> None:
+    """The models, readers and indexes a job's options name, each refused naming its flag (``--from-index runs/:
+    not an index directory ...``) unless it is one: the phrase models it starts from (``--model``, ``--init-from``),
+    the readers (``--reader``, ``--init``) and the indexes it reads (``--index``, ``--from-index``; qsft's
+    ``--val-index`` where it validates)."""
+    from spanseek.core.model import given_model
+    from spanseek.core.phrase_index import given_index
+    from spanseek.core.reader import resolve_reader
+
+    for field, given in (("model", given_model), ("init_from", given_model), ("reader", resolve_reader),
+                         ("init", resolve_reader), ("index", given_index), ("from_index", given_index)):
+        value = getattr(options, field, None)
+        if value is not None:
+            given(value, "--" + field.replace("_", "-"))
 
 
 def _mine(args: argparse.Namespace) -> int:
@@ -76,6 +89,10 @@ def _mine(args: argparse.Namespace) -> int:
     check_writable(args.out)  # named now, not as its OUT.parts folder once the training file is read
     train = given_path(args.train, "--train", file=True)
     given_model(args.model, "--model")
+    if args.index is not None:
+        from spanseek.core.phrase_index import given_index
+
+        given_index(args.index, "--index")
     out = mine(train, args.out, miner=args.miner, top_k=args.top_k, keep=args.keep, index=args.index,
                model=args.model, limit_questions=args.limit_questions)
     print(f"wrote {out}")

@@ -31,7 +31,7 @@ import torch
 from spanseek.core.encoding import pick_device, pick_precision
 from spanseek.core.io import write_json_atomic
 from spanseek.core.model import load_model, load_tokenizer, phrase_fingerprint, resolve_model
-from spanseek.core.phrase_index import IndexFormatError, Manifest
+from spanseek.core.phrase_index import given_index
 from spanseek.trainer.arguments import QsftConfig
 from spanseek.trainer.data import Batch, TrainWindow, load_training, training_windows
 from spanseek.trainer.distill import check_teacher
@@ -100,10 +100,7 @@ def check_places(cfg: QsftConfig) -> None:
     and the hard negatives were read once the model had loaded."""
     for flag, index in (("--from-index", cfg.from_index), ("--val-index", cfg.val_index if cfg.val_questions else None)):
         if index is not None:
-            try:
-                Manifest.load(index)
-            except IndexFormatError as e:
-                raise IndexFormatError(f"{flag} {e}") from None
+            given_index(index, flag)
     if cfg.cache is not None:
         check_cache_dir("--cache", cfg.cache)
     if cfg.hard_negatives is not None:

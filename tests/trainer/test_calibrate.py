@@ -419,8 +419,8 @@ def test_calibrate_command_takes_json_lines_and_refuses_what_cannot_label_hits(s
         assert re.search(said, capsys.readouterr().err)
 
 
-def test_calibrate_command_refuses_a_bad_questions_file_before_it_loads_the_model(tiny_model_dir, tmp_path, capsys,
-                                                                                 monkeypatch):
+def test_calibrate_command_refuses_a_bad_questions_file_before_it_loads_the_model(tiny_model_dir, tiny_index, tmp_path,
+                                                                                 capsys, monkeypatch):
     """A bad line in --questions was reported only once the model and index were loaded."""
     from spanseek.cli import main
     from spanseek.core import loading
@@ -432,7 +432,7 @@ def test_calibrate_command_refuses_a_bad_questions_file_before_it_loads_the_mode
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "Who?", "answers": ["x"], "title": "A"}\n{"question": "When?", "answers": [\n',
                    encoding="utf-8")
-    argv = ["train", "calibrate", "--index", str(tmp_path), "--model", str(tiny_model_dir), "--out",
+    argv = ["train", "calibrate", "--index", str(tiny_index), "--model", str(tiny_model_dir), "--out",
             str(tmp_path / "calibration.json"), "--questions", str(bad)]
     assert main(argv) == 2
     assert re.search(r"bad\.jsonl:2: ", capsys.readouterr().err)

@@ -107,7 +107,7 @@ def test_a_teacher_that_is_neither_a_reader_nor_a_phrase_model_is_refused_before
     (tmp_path / "notes").mkdir()
     for teacher, says in ((tmp_path / "notes", "neither a reader nor a phrase model"),
                           (f"{tiny_model_dir},{tmp_path / 'notes'}", "neither a reader nor a phrase model"),
-                          (f"reader:{tiny_model_dir}", "is not a reader directory")):
+                          (f"reader:{tiny_model_dir}", "not a reader directory")):
         cfg = _phrase_config(tiny_squad, tiny_config, tmp_path / "run", max_steps=1, teacher=str(teacher),
                              loss=LossConfig(lambda_kl=1.0))
         with pytest.raises(ModelError, match=says):
@@ -298,8 +298,8 @@ def test_a_negative_answer_start_is_counted_as_not_at_its_answer_and_a_missing_o
     assert [q.answer_starts for q in questions] == [(context.index("Borin"),), (-1,), (-7,), (None,)]
 
 
-def test_train_filter_names_a_file_without_questions_to_train_or_validate_on(tiny_model_dir, tmp_path, capsys,
-                                                                           monkeypatch):
+def test_train_filter_names_a_file_without_questions_to_train_or_validate_on(tiny_model_dir, tiny_index, tmp_path,
+                                                                           capsys, monkeypatch):
     """A file with no held-out article (3 articles: the split holds out article 7), or whose training answers all
     miss their answer_start, stopped `train filter` with 'torch.cat(): expected a non-empty list of Tensors' once
     the model had loaded and the windows were encoded; the first is now refused before the model loads."""
@@ -319,9 +319,10 @@ def test_train_filter_names_a_file_without_questions_to_train_or_validate_on(tin
     monkeypatch.setattr(filter_module, "load_model", lambda *a, **k: pytest.fail("refused only after loading"))
     assert run(make_squad(n_articles=3)).startswith(f"--val-windows 600: {tmp_path / 'train.json'} has no questions "
                                                     "in its held-out articles (every 20th from article 7: 3 articles)")
-    # with --from-index no windows are sampled: --val-windows, which it named, is not what asks for them
-    assert run(make_squad(n_articles=3), "--from-index", "idx").startswith(
-        "--from-index idx (its held-out articles' tokens validate the filter): "
+    # with --from-index no windows are sampled: --val-windows, which it named, is not what asks for them (an index,
+    # as one that is none is refused first, naming the flag)
+    assert run(make_squad(n_articles=3), "--from-index", str(tiny_index)).startswith(
+        f"--from-index {tiny_index} (its held-out articles' tokens validate the filter): "
         f"{tmp_path / 'train.json'} has no questions in its held-out articles (every 20th from article 7")
     monkeypatch.setattr(filter_module, "load_model", loaded)
     squad = make_squad(n_articles=8)

@@ -268,7 +268,7 @@ def test_fit_reading_names_a_mistyped_reader_or_an_empty_split_before_building_a
     monkeypatch.setattr(build, "build_index", lambda *a, **k: pytest.fail("an index was built"))
     args = fit_args(tiny_squad, tiny_reader, tiny_model_dir, tmp_path / "fitted")
     assert main([*args, "--reader", str(tmp_path / "nope")]) == 2
-    assert f"{tmp_path / 'nope'} is not a reader directory" in capsys.readouterr().err
+    assert f"--reader {tmp_path / 'nope'}: not a reader directory" in capsys.readouterr().err
     assert main([*args, "--holdout-every", "20", "--holdout-offset", "7", "--articles-offset", "12"]) == 2
     err = capsys.readouterr().err
     assert f"--train {tiny_squad}: no answered questions in the articles the fit reads" in err
@@ -307,12 +307,13 @@ def test_a_reader_runs_directory_given_as_a_reader_names_its_last(tiny_squad, ti
     eval --reader, --init, --teacher, reader-length-bias, fit-reading) said only that it is not a reader directory."""
     run = tmp_path / "run"
     shutil.copytree(tiny_reader, run / "last")
-    with pytest.raises(ModelError, match=rf"^reader '{run}': {run} is a training run, not a reader directory; its "
+    with pytest.raises(ModelError, match=rf"^reader '{run}': a training run, not a reader directory; its "
                        rf"reader is {run / 'last'}$"):
         resolve_reader(run)
     assert main(["train", "reader-length-bias", "--reader", str(run), "--train", str(tiny_squad), "--out",
                  str(tmp_path / "biased")]) == 2
-    assert f"its reader is {run / 'last'}\n" in capsys.readouterr().err
+    assert f"--reader {run}: a training run, not a reader directory; its reader is {run / 'last'}\n" in \
+        capsys.readouterr().err
     assert resolve_reader(run / "last") == run / "last"
 
 
