@@ -131,6 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 INTERRUPTED = 128 + 2  # the exit status of a command stopped by SIGINT (Ctrl-C), as shells report it
+USAGE_ERROR = 2  # a flag or file that is wrong: argparse's own status for a refused flag
+FAILED = 1  # the command ran and did not do its work (``CommandFailed``), as `index verify` finding a damaged index
+
+
+class CommandFailed(RuntimeError):
+    """A command that ran and failed for a reason outside its input (a server that cannot be reached, or that refused
+    it): reported as one line, as an error is, with exit status 1 (``FAILED``), not 2, the status of a usage or input
+    error the user fixes on the command line."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -234,7 +242,7 @@ def _no_bm25s_chatter(record: logging.LogRecord) -> bool:
 
 
 def _run(args: argparse.Namespace) -> int:
-    """The parsed command, its errors reported as one line (status 2)."""
+    """The parsed command, its errors reported as one line (status 2; 1 for ``CommandFailed``)."""
     level = logging.DEBUG if args.verbose else getattr(args, "quiet_log_level", logging.INFO)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -252,14 +260,14 @@ def _run(args: argparse.Namespace) -> int:
         if args.verbose:
             logging.getLogger("spanseek").exception("the command failed")
         print(f"{args.prog}: error: {missing_extra_message(e, args.prog)}", file=sys.stderr)
-        return 2
+        return USAGE_ERROR
     except (ValueError, RuntimeError, OSError) as e:  # bad input, and the system's refusals (a read-only disk)
         if args.verbose:
             logging.getLogger("spanseek").exception("the command failed")
         if isinstance(e, OSError) and e.filename == NamedStdout.NAME:  # what it still holds goes nowhere at exit
             reader_gone()
         print(f"{args.prog}: error: {describe_error(e)}", file=sys.stderr)
-        return 2
+        return FAILED if isinstance(e, CommandFailed) else USAGE_ERROR
 
 
 class NamedStdout:

@@ -25,7 +25,9 @@ folder could not be read, or when no file was found at all (an empty or unmounte
 sync refuses (no text, damaged, too large, unreadable: 413, 415, 422) is reported and the others go on; ``--strict``
 stops at it: no file after it is sent and nothing is deleted, but the writes already sent are answered, and every
 file refused before the run stopped is reported with the counts. Each run prints the files it writes and deletes as it goes, then how many it wrote, left alone, deleted
-and refused; the exit status is 1 when a file was refused or ``--delete`` held back, else 0. A run stopped part way
+and refused; the exit status is 0 when it did its work, 1 when a file was refused or ``--delete`` held back, or the
+server could not be reached or refused the run (a wrong key, writes off, a write not answered in time), 2 for a usage
+error (a flag or path that is wrong: nothing was sent), 130 when stopped by Ctrl-C or SIGTERM. A run stopped part way
 (Ctrl-C or SIGTERM, the server gone) says in its last line how many files it had written of how many. ``--dry-run``
 reads each file it would write as the server does, within the server's limits (``GET /info`` → ``service.files``:
 its size, tokens, title, and the memory and time its reading may take), and reports the files the server would refuse
@@ -695,6 +697,7 @@ def _api_key(args: argparse.Namespace) -> str | None:
 def _run(args: argparse.Namespace) -> int:
     import httpx
 
+    from spanseek.cli import CommandFailed
     from spanseek.client import Client, SpanseekError, url_problem
     from spanseek.indexer.ingest import parse_meta
     from spanseek.indexer.interrupt import taking_stops
@@ -744,11 +747,11 @@ def _run(args: argparse.Namespace) -> int:
         if went():
             raise KeyboardInterrupt(f"{how}{'; ' if how else ''}{report.stopped()}") from None
         raise KeyboardInterrupt(how) from None
-    except (SpanseekError, httpx.HTTPError) as e:  # the service refused, or could not be reached: one line
+    except (SpanseekError, httpx.HTTPError) as e:  # the service refused, or could not be reached: one line, status 1
         hint = "; give the write key with --api-key-file or SPANSEEK_API_KEY" if (
             getattr(e, "status", None) == 401 and not api_key) else ""
-        raise RuntimeError(f"{args.url}: {e}{hint}{went()}") from None
+        raise CommandFailed(f"{args.url}: {e}{hint}{went()}") from None
     except RuntimeError as e:  # a write not answered in time
-        raise RuntimeError(f"{e}{went()}") from None
+        raise CommandFailed(f"{e}{went()}") from None
     sys.stderr.write(report.summary(args.dry_run) + "\n")
     return 1 if report.refused or report.not_deleted else 0

@@ -796,3 +796,17 @@ def test_a_folder_given_as_the_corpus_is_named_by_its_flag(tmp_path, tiny_index,
     status, out, err = failure([a.format(tmp=tmp_path, index=tiny_index) for a in argv], capsys)
     assert (status, out, err) == (2, "", [f"spanseek {' '.join(argv[:2])}: error: --corpus {corpus_problem(tmp_path)}"])
 
+
+def test_sync_exits_1_when_the_server_cannot_be_reached_and_2_for_a_usage_error(tmp_path, capsys):
+    """A server that could not be reached (or refused the run) was status 2, the status of a usage error, though the
+    command was right and the run failed, as a refused file's run (status 1) does."""
+    import socket
+
+    (tmp_path / "a.txt").write_text("In 1450 Gala built the harbour bridge.\n")
+    with socket.socket() as s:  # a port no server listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    status, out, err = failure(["sync", str(tmp_path), "--url", url, "--api-key", "key", "--jobs", "1"], capsys)
+    assert status == 1 and out == "" and err[-1].startswith(f"spanseek sync: error: {url}: "), err
+    status, out, err = failure(["sync", str(tmp_path), "--url", url, "--api-key", "key", "--jobs", "0"], capsys)
+    assert status == 2 and err[-1].startswith("spanseek sync: error: --jobs"), err

@@ -177,16 +177,17 @@ def test_the_command_reports_and_its_status_says_whether_a_file_was_refused(url,
     assert main(["sync", str(docs), "--url", url, "--api-key", "key", "--delete"]) == 1
     err = capsys.readouterr().err
     assert "refused 1" in err and "refused empty.md:" in err
-    assert main(["sync", str(docs), "--url", url, "--api-key", "wrong"]) == 2
+    # the server refused the run, or could not be reached: it failed (1), as a refused file does; not a usage error (2)
+    assert main(["sync", str(docs), "--url", url, "--api-key", "wrong"]) == 1
     assert "401" in capsys.readouterr().err
-    assert main(["sync", str(docs), "--url", "http://127.0.0.1:9", "--api-key", "key"]) == 2
+    assert main(["sync", str(docs), "--url", "http://127.0.0.1:9", "--api-key", "key"]) == 1
     err = capsys.readouterr().err
     assert "\nspanseek sync: error: http://127.0.0.1:9" in err and "Traceback" not in err  # (after --api-key's warning)
     assert main(["sync", str(docs), "--url", url, "--meta", f"{SOURCE_KEY}=x"]) == 2
     capsys.readouterr()
     assert main(["sync", str(docs), "--url", url.removeprefix("http://")]) == 2  # httpx: "unsupported protocol"
     assert "--url takes the service's base URL with its scheme (http://" in capsys.readouterr().err
-    assert main(["sync", str(docs), "--url", url]) == 2  # no key: the 401 says how to give one
+    assert main(["sync", str(docs), "--url", url]) == 1  # no key: the 401 says how to give one
     assert "give the write key with --api-key-file or SPANSEEK_API_KEY" in capsys.readouterr().err
 
 
@@ -389,7 +390,7 @@ def test_a_write_without_an_answer_in_time_stops_the_sync_naming_the_file(url, t
     docs = folder(tmp_path / "docs", {"a.txt": "In 1450 Gala built the harbour bridge."})
     with Client(url, api_key="key", timeout=0.5) as client, pytest.raises(RuntimeError, match="a.txt: no answer"):
         sync(client, [docs], "docs")
-    assert main(["sync", str(docs), "--url", url, "--api-key", "key", "--timeout", "0.5"]) == 2
+    assert main(["sync", str(docs), "--url", url, "--api-key", "key", "--timeout", "0.5"]) == 1
     assert "a.txt: no answer to its write in time" in capsys.readouterr().err
     # by default a write may take as long as a large file's encoding does (the client's own default is a minute)
     assert build_parser().parse_args(["sync", str(docs), "--url", url]).timeout >= 3600
@@ -745,7 +746,7 @@ def test_a_sync_stopped_part_way_says_how_far_it_got_and_the_rerun_writes_only_t
 
     monkeypatch.setattr(Client, "upsert_file", upsert_file)
     args = ["sync", str(docs), "--url", url, "--api-key", "key", "--delete"]
-    assert main(args) == (130 if stop is KeyboardInterrupt else 2)
+    assert main(args) == (130 if stop is KeyboardInterrupt else 1)
     last = capsys.readouterr().err.splitlines()[-1]
     assert last.startswith("spanseek sync: ") and last.endswith(
         "stopped after writing 2 of 4 files (unchanged 0, refused 0, deleted 0); the same command goes on from there")
