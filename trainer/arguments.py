@@ -21,6 +21,7 @@ from spanseek.core.backbones import file_not_model
 from spanseek.core.config import EncoderConfig, LoraSettings, QuestionMode, ReaderConfig
 from spanseek.core.holdout import Holdout
 from spanseek.core.options import option
+from spanseek.trainer.unused import check_teacher_weight, refuse_unused
 
 Precision = Literal["auto", "fp32", "bf16"]
 
@@ -49,22 +50,6 @@ def check_model(flag: str, ref: str | None) -> None:
     """A model flag's value is a model directory or a bundled model's name: a file (weights, a config) is named so."""
     if ref is not None and os.path.isfile(ref):
         raise file_not_model(f"{flag} {ref}")
-
-
-def check_teacher_weight(teacher: str | None, teacher_cache: str | None, kl: LossConfig | ReaderTrainConfig) -> None:
-    """The distillation term (weighed by ``kl.lambda_kl``) is on exactly when a teacher is given: a weight without a
-    teacher (or the reverse), or a flag of the term's given without a teacher (which the run would leave unused), is a
-    ValueError naming what is missing."""
-    if teacher is None and kl.lambda_kl != 0:
-        raise ValueError(f"--lambda-kl {kl.lambda_kl} weighs a teacher's term, and no --teacher is given (give one, or "
-                         "leave --lambda-kl out)")
-    if teacher is not None and kl.lambda_kl == 0:
-        raise ValueError(f"--teacher {teacher} needs --lambda-kl > 0, the weight of its term (the recipe's: 4)")
-    unused = [(flag, value) for flag, value, unset in (("--teacher-cache", teacher_cache, None),
-              ("--kl-temperature", kl.kl_temperature, 1.0), ("--kl-level", kl.kl_level, "tokens")) if value != unset]
-    if teacher is None and unused:
-        raise ValueError(f"{unused[0][0]} {unused[0][1]} is for distilling from a teacher, and no --teacher is given "
-                         f"(give one with --lambda-kl, or leave {unused[0][0]} out)")
 
 
 def positive(value: float) -> bool:
@@ -252,6 +237,10 @@ class TrainingOptions(JobOptions):
               "in [0, 1] (a fraction of the steps)", self.prebatch_warmup)
         check(self.hard_per_batch >= 0, "--hard-per-batch", "an integer >= 0", self.hard_per_batch)
         check_teacher_weight(self.teacher, self.teacher_cache, self.loss)
+        refuse_unused(self, ("loss.lambda_hard", "hard_per_batch"), self.hard_negatives is None,
+                      "it acts on the --hard-negatives, which are not given", "give them")
+        refuse_unused(self, ("prebatch_warmup", "loss.lambda_pre"), self.prebatch == 0,
+                      "--prebatch 0 turns pre-batch negatives off", "give --prebatch N")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -276,6 +265,10 @@ class TrainConfig(TrainingOptions):
         check(self.widen_lora is None or self.widen_lora >= 1, "--widen-lora", "an integer >= 1", self.widen_lora)
         check_model("--init-from", self.init_from)
         check(positive(self.corrector_lr), "--corrector-lr", "a number > 0", self.corrector_lr)
+        refuse_unused(self, ("widen_lora", "stale_cache"), self.init_from is None,
+                      "it acts on the model of --init-from, which is not given", "give --init-from")
+        refuse_unused(self, ("corrector", "corrector_lr"), self.stale_cache is None,
+                      "the corrector corrects the vectors of --stale-cache, which is not given", "give --stale-cache")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -324,6 +317,9 @@ class FilterConfig(FrozenModelJob):
                             ("--batch-windows", self.batch_windows)):
             check(value >= 1, flag, "an integer >= 1", value)
         check(positive(self.lr), "--lr", "a number > 0", self.lr)
+        refuse_unused(self, ("train_windows", "val_windows", "batch_windows"), self.from_index is not None,
+                      f"--from-index {self.from_index} gives every token's vector: no windows are sampled or encoded",
+                      "leave out --from-index")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -420,6 +416,8 @@ class ReaderTrainConfig(JobOptions):
                   self.max_len)
         check(non_negative(self.lambda_kl), "--lambda-kl", "a number >= 0", self.lambda_kl)
         check_teacher_weight(self.teacher, self.teacher_cache, self)
+        refuse_unused(self, ("backbone", "max_len", "stride", "max_query_len", "max_answer_tokens"), self.init is not None,
+                      f"the config of --init {self.init} replaces it", "leave out --init")
         check(math.isfinite(self.kl_temperature) and self.kl_temperature > 0, "--kl-temperature", "a number > 0",
               self.kl_temperature)
 

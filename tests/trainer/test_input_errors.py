@@ -239,7 +239,7 @@ def test_a_hard_negatives_flag_that_is_no_file_is_refused_naming_it_before_the_m
         assert err.count("\n") == 1 and not (tmp_path / "run").exists()
 
 def test_edge_values_are_accepted_and_the_next_ones_refused():
-    base = {"train": "t.json", "out": "o"}
+    base = {"train": "t.json", "out": "o", "hard_negatives": "h.jsonl"}  # (--hard-per-batch acts on them)
     for name, ok, bad in (("max_steps", None, 0), ("max_steps", 1, -1), ("stop_after", None, 0),
                           ("limit_questions", None, 0), ("warmup", 0.0, 1.0), ("prebatch", 0, -1),
                           ("hard_per_batch", 0, -1), ("snapshot_every", 0, -1), ("weight_decay", 0.0, -1e-9),

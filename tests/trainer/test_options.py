@@ -102,6 +102,8 @@ def test_flags_parse_into_the_config_round_trip(command):
     for path, (owner, name) in option_paths(cls).items():
         if name in REQUIRED and owner is not LossConfig:
             continue
+        if (cls, path) in ((ReaderTrainConfig, "init"), (FilterConfig, "from_index")):
+            continue  # (it replaces other flags, set here: refused together, test_a_flag_the_run_would_leave_unused...)
         default = getattr(cls(**given), path.split(".")[0])
         if "." in path:
             default = (EncoderOptions() if owner is EncoderOptions else default)
@@ -191,3 +193,36 @@ def test_the_filter_heads_options_are_checked_naming_the_flag(flag, value, want)
     --hidden was reported as the model config's filter_hidden, after the model had loaded)."""
     with pytest.raises(ValueError, match=want):
         FilterConfig(model="default", train="t.json", out="o", **{flag: value})
+
+
+# (command, the flags that would go unused, the flag they act with or that replaces them); each is accepted at its
+# default, and with the flag it needs
+UNUSED = [
+    ("phrase", ["--lambda-hard", "2"], "--hard-negatives"),
+    ("phrase", ["--hard-per-batch", "4"], "--hard-negatives"),
+    ("qsft", ["--hard-per-batch", "4"], "--hard-negatives"),
+    ("phrase", ["--corrector-lr", "0.01"], "--stale-cache"),
+    ("phrase", ["--no-corrector"], "--stale-cache"),
+    ("phrase", ["--widen-lora", "8"], "--init-from"),
+    ("phrase", ["--stale-cache", "CACHE"], "--init-from"),
+    ("phrase", ["--prebatch", "0", "--prebatch-warmup", "0.2"], "--prebatch 0"),
+    ("qsft", ["--prebatch", "0", "--lambda-pre", "8"], "--prebatch 0"),
+    ("reader", ["--init", "default", "--max-len", "200"], "--init default"),
+    ("filter", ["--from-index", "IDX", "--train-windows", "10"], "--from-index IDX"),
+]
+
+
+@pytest.mark.parametrize(("command", "flags", "needs"), UNUSED, ids=[" ".join(f) for _, f, _ in UNUSED])
+def test_a_flag_the_run_would_leave_unused_is_refused_naming_both(command, flags, needs):
+    """--lambda-hard or --hard-per-batch without --hard-negatives, --corrector-lr or --no-corrector without
+    --stale-cache, a reader flag that --init's config replaces...: the run went on and ignored them."""
+    config = COMMANDS[command] if command in COMMANDS else ReaderTrainConfig
+    base = ["--train", "t.json", "--out", "run"] + (["--model", "m"] if command in ("qsft", "filter") else [])
+    parser = argparse.ArgumentParser()
+    add_options(parser, config)
+    flag = next(f for f in reversed(flags) if f.startswith("--"))
+    with pytest.raises(ValueError, match=rf"^{flag} .*would go unused: .*{needs}"):
+        from_args(config, parser.parse_args(base + flags))
+    default = parser.get_default(flag.removeprefix("--no-").removeprefix("--").replace("-", "_"))
+    if not flag.startswith("--no-") and default is not None and "." not in flag:  # its default, given: accepted
+        from_args(config, parser.parse_args(base + flags[:-1] + [str(default)]))

@@ -108,7 +108,7 @@ def test_qsft_lowers_the_loss_keeps_the_phrase_side_and_serves_the_old_index(
     tmp_path, tiny_model_dir, tiny_squad, tiny_index
 ):
     cfg = QsftConfig(model=str(tiny_model_dir), train=str(tiny_squad), out=str(tmp_path / "run"), epochs=15,
-                     batch_windows=4, hard_per_batch=2, lr=5e-3, checkpoint_every=5, val_questions=0,
+                     batch_windows=4, lr=5e-3, checkpoint_every=5, val_questions=0,
                      precision="fp32", device="cpu", progress=False)
     summary = train_qsft(cfg)
     tuned = tmp_path / "run" / "last"
@@ -211,7 +211,7 @@ def test_qsft_from_an_index_trains_against_it_and_refuses_another_models_index(
     tmp_path, filter_model_dir, tiny_model_dir, tiny_squad, squad_indexes
 ):
     cfg = QsftConfig(model=str(filter_model_dir), train=str(tiny_squad), out=str(tmp_path / "run"), epochs=3,
-                     batch_windows=4, hard_per_batch=2, checkpoint_every=5, val_questions=0, precision="fp32",
+                     batch_windows=4, checkpoint_every=5, val_questions=0, precision="fp32",
                      device="cpu", progress=False, from_index=str(squad_indexes[1]))
     summary = train_qsft(cfg)
     assert summary["steps"] > 0 and summary["skipped"]["gold_filtered"] > 0

@@ -83,7 +83,7 @@ def test_a_continued_run_can_widen_the_lora_rank(tmp_path, tiny_squad, tiny_conf
     assert trained.config.lora.r == 2 * r
     widened_b = [p[:, r:] for n, p in trained.named_parameters() if "lora_B" in n]
     assert any(b.abs().sum() > 0 for b in widened_b)  # the new ranks trained
-    with pytest.raises(ValueError, match="needs --init-from"):
+    with pytest.raises(ValueError, match="--widen-lora .* would go unused: it acts on the model of --init-from"):
         train_phrase(dataclasses.replace(cfg, init_from=None, out=str(tmp_path / "other")))
 
 
