@@ -41,11 +41,16 @@ def answer_span(q: Question) -> tuple[int, int] | None:
     """The characters [start, end) of the question's first answer in its context; None when it has no answer, no
     ``answer_start``, or one that does not point at the answer's text (past the context's end, or at other words:
     a file whose offsets were shifted, or counted in another encoding)."""
-    start = q.answer_starts[0] if q.answers and q.answer_starts else None
+    return placed(q.context, q.answers[0], q.answer_starts[0]) if q.answers and q.answer_starts else None
+
+
+def placed(context: str, answer: str, start: int | None) -> tuple[int, int] | None:
+    """The characters [start, end) of ``answer`` in ``context`` where its ``answer_start`` points at its text; None
+    where it gives none, or points elsewhere (``answer_span``'s rule for one answer)."""
     if start is None or start < 0:
         return None
-    end = start + len(q.answers[0])
-    return (start, end) if q.context[start:end] == q.answers[0] else None
+    end = start + len(answer)
+    return (start, end) if context[start:end] == answer else None
 
 
 def unplaced(q: Question) -> str | None:

@@ -33,7 +33,7 @@ from spanseek.core.model import (
 from spanseek.core.text import FLAG_END, FLAG_START
 from spanseek.indexer.compress import filter_probabilities
 from spanseek.trainer.arguments import FilterConfig
-from spanseek.trainer.data import collate, load_training, question_windows, training_questions
+from spanseek.trainer.data import collate, load_training, placed, question_windows, training_questions
 from spanseek.trainer.summary import check_validation_split
 
 log = logging.getLogger(__name__)
@@ -71,11 +71,17 @@ def index_features(index_dir: str | Path, data: list, holdout) -> tuple[dict, di
     """Token vectors and gold start/end labels read from a built index instead of encoded windows.
 
     The index's documents must be articles of ``data`` (document id = article number, same title); every token of
-    a paragraph that has questions is used. Returns (training, held-out) dicts of "x" (N, d) fp16 torch tensor,
-    "ys" / "ye" (N,) bool tensors and "flags" (N,) uint8, split by ``holdout`` on the article number.
+    a paragraph that has questions is used, its gold starts and ends those of the answers at their ``answer_start``
+    (as training places them, ``trainer.data.placed``: an answer without one, or not at its text, marks none).
+    Returns (training, held-out) dicts of "x" (N, d) fp16 torch tensor, "ys" / "ye" (N,) bool tensors and "flags"
+    (N,) uint8, split by ``holdout`` on the article number.
     """
     from spanseek.core.phrase_index import PhraseIndex
 
+    gold: dict[tuple[int, int], set[tuple[int, int]]] = {}  # (article, paragraph) -> its answers' (start, end)
+    for q in squad_questions(data):
+        spans = gold.setdefault((q.doc_index, q.para_index), set())
+        spans.update(s for s in map(placed, [q.context] * len(q.answers), q.answers, q.answer_starts) if s)
     index = PhraseIndex(index_dir, verify_checksums=False)
     parts: dict[bool, list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = {True: [], False: []}
     for p, passage in enumerate(index.passages):
@@ -88,15 +94,13 @@ def index_features(index_dir: str | Path, data: list, holdout) -> tuple[dict, di
         if art.get("title") != doc["title"]:
             raise ValueError(f"{index_dir}: document {doc['id']} is {doc['title']!r}, article {doc['id']} of the "
                              f"training file is {art.get('title')!r}")
-        para = art["paragraphs"][passage["para"]]
-        if not para.get("qas"):
+        spans = gold.get((int(doc["id"]), passage["para"]))
+        if spans is None:  # a paragraph without questions
             continue
         a, b = index.passage_range(p)
         offsets = np.asarray(index.token_offsets[a:b])
-        starts = {int(ans["answer_start"]) for qa in para["qas"] for ans in qa.get("answers", [])}
-        ends = {int(ans["answer_start"]) + len(ans["text"]) for qa in para["qas"] for ans in qa.get("answers", [])}
-        ys = np.isin(offsets[:, 0], list(starts))
-        ye = np.isin(offsets[:, 1], list(ends))
+        ys = np.isin(offsets[:, 0], [s for s, _ in spans])
+        ye = np.isin(offsets[:, 1], [e for _, e in spans])
         parts[holdout.held(int(doc["id"]))].append((np.asarray(index.vectors[a:b], np.float16), ys, ye,
                                                      np.asarray(index.token_flags[a:b], np.uint8)))
 

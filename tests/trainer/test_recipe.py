@@ -160,3 +160,31 @@ def test_filter_features_from_a_built_index(squad_file, tiny_model_dir, tmp_path
     data[0]["title"] = "Another article"
     with pytest.raises(ValueError, match="Another article"):
         index_features(tmp_path / "idx", data, Holdout())
+
+
+def test_filter_features_of_a_file_with_answers_without_their_answer_start(tiny_model_dir, tmp_path):
+    """An answer without an answer_start stopped `train filter --from-index` with KeyError: 'answer_start'. It, and
+    an answer whose answer_start is not at its text, now mark no gold token, as training leaves such answers out;
+    the other answers of the paragraph still mark theirs."""
+    from spanseek.core.holdout import Holdout
+    from spanseek.core.io import from_squad
+    from spanseek.core.phrase_index import PhraseIndex
+    from spanseek.indexer.build import BuildOptions, build_index
+    from spanseek.trainer.filter import index_features
+    from tests.conftest import make_squad
+
+    squad = make_squad(n_articles=2, n_paras=1)
+    qas = squad["data"][0]["paragraphs"][0]["qas"]
+    assert len(qas) >= 3
+    del qas[0]["answers"][0]["answer_start"]
+    qas[1]["answers"][0]["answer_start"] += 1  # not at its text
+    (tmp_path / "q.json").write_text(json.dumps(squad))
+    from_squad(tmp_path / "q.json", tmp_path / "corpus.jsonl")
+    build_index(tmp_path / "corpus.jsonl", tiny_model_dir, tmp_path / "idx",
+                BuildOptions(progress=False, precision="fp32", gpu=False, factory="Flat"))
+    train, held = index_features(tmp_path / "idx", squad["data"], Holdout(2, 1))
+    idx = PhraseIndex(tmp_path / "idx")
+    a, b = idx.passage_range(next(p for p, passage in enumerate(idx.passages) if idx.docs[passage["doc"]]["id"] == "0"))
+    gold = {ans["answer_start"] for qa in qas[2:] for ans in qa["answers"]}  # (the first two place none)
+    assert train["ys"].tolist() == [int(o) in gold for o in idx.token_offsets[a:b, 0]] and any(train["ys"].tolist())
+    assert len(held["ys"]) > 0
