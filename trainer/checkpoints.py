@@ -97,10 +97,14 @@ def save_snapshot(model: Any, out: Path, step: int, trained: tuple[list[str], st
     return path
 
 
+CARD = "README.md"  # a checkpoint's model card (trainer.summary.model_card), as a bundled model has one
+
+
 def save_checkpoint(model: PhraseModel, out: Path, name: str, state: dict | None,
-                    trained: tuple[list[str], str, str] | None = None) -> None:
+                    trained: tuple[list[str], str, str] | None = None, card: str | None = None) -> None:
     """Save a checkpoint (and the optimizer state) to out/name, replacing it atomically; ``trained`` (the questions,
-    the training file, the examples' digest) is recorded with it (``core.evaluate.TRAINED_QUESTIONS``).
+    the training file, the examples' digest) is recorded with it (``core.evaluate.TRAINED_QUESTIONS``), and ``card``
+    (the model card: how it was trained) as its README.md.
 
     The new checkpoint is complete in out/name.saving (its state written last, by a rename, and flushed to disk)
     before the old one is moved aside, so a run killed between the two renames resumes from it (``resume_point``).
@@ -116,6 +120,8 @@ def save_checkpoint(model: PhraseModel, out: Path, name: str, state: dict | None
         model.save(tmp)
         if trained is not None:
             write_trained_questions(tmp, trained[0], trained[1], trained[2])
+        if card is not None:
+            (tmp / CARD).write_text(card, encoding="utf-8")
         if state is not None:
             # into a file object: its write raises the OSError (torch.save to a path turns a full disk into
             # "[enforce fail at inline_container.cc:672] . unexpected pos 90112 vs 90000")

@@ -35,7 +35,7 @@ from spanseek.trainer.progress import Progress
 from spanseek.trainer.rundir import check_resume_data, trained_windows
 from spanseek.trainer.state import optimizer_and_resume, set_rng_state, training_state
 from spanseek.trainer.stopping import StopAfterStep
-from spanseek.trainer.summary import RunSoFar, after_loop, checkpoint_saved, loop_summary
+from spanseek.trainer.summary import RunSoFar, after_loop, checkpoint_saved, loop_summary, model_card
 
 
 class StepSource:
@@ -87,6 +87,7 @@ def train_loop(
     if dist.enabled:
         torch.distributed.barrier()  # every rank resumes from the recovered checkpoint
     trained = trained_windows(windows, str(cfg.train))
+    questions = sum(len(w.questions) for w in windows)
     check_resume_data(out, trained)
     opt, sched, step, state = optimizer_and_resume(model, params, cfg.lr, cfg.weight_decay, cfg.warmup, total, out)
     mode.load_state_dict(state)
@@ -123,7 +124,9 @@ def train_loop(
             stopping = stop.requested  # read once: the save below is the one the stop relies on
             if dist.is_main and (step % cfg.checkpoint_every == 0 or step == end or stopping):
                 saved = training_state(opt, sched, step, prebatch, device, progress.run())
-                save_checkpoint(model, out, "last", saved | mode.state_dict(), trained)
+                card = model_card(cfg, loop_summary(progress.run(), step, len(windows), questions, precision,
+                                                    str(device), dist.world), total)
+                save_checkpoint(model, out, "last", saved | mode.state_dict(), trained, card)
                 checkpoint_saved(out)
                 progress.saved(step, out / "last")
             if dist.is_main and cfg.snapshot_every and step % cfg.snapshot_every == 0:
@@ -135,8 +138,7 @@ def train_loop(
     if dist.enabled:
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
-    return loop_summary(run, step, len(windows), sum(len(w.questions) for w in windows), precision, str(device),
-                        dist.world)
+    return loop_summary(run, step, len(windows), questions, precision, str(device), dist.world)
 
 
 def _loss(cfg: TrainingOptions, model: PhraseModel, batch: Batch, H: torch.Tensor, q_start: torch.Tensor,

@@ -12,9 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from spanseek.core.io import load_squad, squad_questions, write_json_atomic
-from spanseek.trainer.arguments import JobOptions, TrainingOptions
+from spanseek.core.io import atomic_path, load_squad, squad_questions, write_json_atomic
+from spanseek.trainer.arguments import JobOptions, QsftConfig, TrainingOptions
+from spanseek.trainer.checkpoints import CARD
 from spanseek.trainer.stopping import after_training
+from spanseek.trainer.unused import default_of
 
 SUMMARY = "summary.json"  # what a training run writes at its end, after its last step
 
@@ -150,5 +152,60 @@ def finish(cfg: TrainingOptions, summary: dict[str, Any], val_index: str | None 
             val = write_holdout(cfg, out / "validation.json.gz")
             summary["validation"] = run_eval(val, out / "last", index=val_index, reading_comprehension=True,
                                              limit=cfg.val_questions, progress=cfg.progress)
+        with atomic_path(out / "last" / CARD) as tmp:  # the card of the model validated: with its metrics
+            tmp.write_text(model_card(cfg, summary), encoding="utf-8")
     write_json_atomic(out / SUMMARY, summary)
     return summary
+
+
+def model_card(cfg: TrainingOptions, run: dict[str, Any], total: int | None = None) -> str:
+    """The model card a run writes with its checkpoint (``OUT/last/README.md``), as a bundled model has one
+    (core/models/default/README.md): how the model was trained, as far as the run knows it: the command (the run's
+    options other than their defaults), the training data and held-out split, the steps (of ``total``), the time in
+    the training loop, the device, and the validation metrics once the run has validated it (``run["validation"]``).
+    ``run``: the summary's part the loop knows (``loop_summary``)."""
+    kind = "qsft" if isinstance(cfg, QsftConfig) else "phrase"
+    command = " ".join([f"spanseek train {kind}", *_flags(cfg)])
+    steps = f"{run['steps']} of {total}" if total is not None and total != run["steps"] else str(run["steps"])
+    world = f" x {run['world_size']} processes" if run.get("world_size", 1) > 1 else ""
+    rows = [("trained by", f"`{command}`"),
+            ("training data", f"{Path(cfg.train).resolve()}: {run['train_questions']} questions in "
+                              f"{run['train_windows']} windows; every {cfg.holdout.every}th article from article "
+                              f"{cfg.holdout.offset} held out (the run's validation.json.gz), seed {cfg.seed}"),
+            ("steps", steps), ("time", f"{run['seconds']} s in the training loop"),
+            ("device", f"{run['device']}{world}, {run['precision']}")]
+    validation = run.get("validation")
+    rows.append(("validation", "on held-out questions: below" if validation is not None else
+                 "none yet (the run validates its last checkpoint at its end)" if cfg.val_questions else
+                 "none (--val-questions 0)"))
+    table = "\n".join(f"| {k} | {v} |" for k, v in rows)
+    measured = ("" if validation is None else
+                f"\n## Validation\n\n```json\n{json.dumps(validation, indent=2, sort_keys=True)}\n```\n")
+    return (f"# spanseek model: `spanseek train {kind}` into {cfg.out}\n\n## How it was made\n\n| | |\n|---|---|\n"
+            f"{table}\n\nThe encoder config is `spanseek_config.json` beside this card; `spanseek eval --model` "
+            f"this directory measures it on other questions.\n{measured}")
+
+
+def _flags(cfg: Any) -> list[str]:
+    """The flags that give ``cfg`` its options other than their defaults (a nested group's, ``--loss``'s fields,
+    as their own flags; the encoder of a new model is its config's, not listed)."""
+    flags = []
+    for field in dataclasses.fields(cfg):
+        value = getattr(cfg, field.name)
+        if field.metadata.get("cli") is False or "options" in field.metadata or value == default_of(type(cfg), field.name):
+            continue
+        if dataclasses.is_dataclass(value):
+            default = default_of(type(cfg), field.name)
+            flags += [_flag(f, getattr(value, f.name)) for f in dataclasses.fields(value)
+                      if getattr(value, f.name) != getattr(default, f.name)]
+        else:
+            flags.append(_flag(field, value))
+    return flags
+
+
+def _flag(field: dataclasses.Field, value: Any) -> str:
+    """``--name value`` for one option (a switch: ``--name`` or ``--no-name``)."""
+    flag = field.metadata.get("flag") or f"--{field.name.replace('_', '-')}"
+    if isinstance(value, bool):
+        return flag if value else f"--no-{flag[2:]}"
+    return f"{flag} {value}"

@@ -47,7 +47,7 @@ def refuse_unused(options: Any, fields: Sequence[str], unused: bool, because: st
         return
     for path in fields:
         value = _value(options, path)
-        if value != _default(type(options), path):
+        if value != default_of(type(options), path):
             flag = _flag(path.rsplit(".", 1)[-1], value)
             shown = flag if isinstance(value, bool) else f"{flag} {value}"
             raise ValueError(f"{shown} would go unused: {because} ({remedy}, or leave {flag} out)")
@@ -59,7 +59,7 @@ def _value(options: Any, path: str) -> Any:
     return options
 
 
-def _default(cls: type, path: str) -> Any:
+def default_of(cls: type, path: str) -> Any:
     """The default of ``cls``'s field ``path`` (a nested one's as the outer field's default holds it)."""
     first, _, rest = path.partition(".")
     field = next(f for f in dataclasses.fields(cls) if f.name == first)

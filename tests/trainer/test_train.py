@@ -509,3 +509,33 @@ def test_cli_train_phrase(tmp_path, tiny_squad, tiny_backbone, capsys):
     assert load_model(out / "last").config.question_mode == "separate"
     assert main([*args[:3], str(tmp_path / "missing.json"), *args[4:]]) == 2
     assert "No such file" in capsys.readouterr().err
+
+
+
+def test_a_run_s_checkpoint_carries_a_model_card_of_how_it_was_trained(tmp_path, tiny_squad, tiny_config):
+    """A run's OUT/last, shipped as a model, held nothing saying how it was trained (the bundled models' directories
+    have a README.md card). Each checkpoint now carries one, written with it: the command, the data and held-out
+    split, the steps, the time, the device."""
+    out = tmp_path / "run"
+    cfg = dataclasses.replace(tiny_train_config(tiny_squad, tiny_config, out), max_steps=2, checkpoint_every=1)
+    summary = train_phrase(cfg)
+    card = (out / "last" / "README.md").read_text(encoding="utf-8")
+    assert f"`spanseek train phrase --train {tiny_squad} --out {out} --device cpu --precision fp32 --no-progress" in card
+    assert "--max-steps 2" in card and "--lr 0.005" in card and "--prebatch 1" in card and "--checkpoint-every 1" in card
+    assert f"{tiny_squad.resolve()}: {summary['train_questions']} questions in {summary['train_windows']} windows" in card
+    assert "| steps | 2 |" in card and "| device | cpu, fp32 |" in card  # the time: at the checkpoint's save
+    assert 0 < float(card.split("| time | ", 1)[1].split(" s in the training loop |")[0]) <= summary["seconds"]
+    assert "| validation | none (--val-questions 0) |" in card
+    assert not list(out.glob("last/*.tmp")) and not list(out.glob("last.*"))
+
+
+@pytest.mark.slow  # builds an index of the held-out articles to validate on: 7 s
+def test_a_validated_run_s_model_card_holds_its_validation(tmp_path, tiny_squad, tiny_config):
+    out = tmp_path / "run"
+    cfg = dataclasses.replace(tiny_train_config(tiny_squad, tiny_config, out), max_steps=1, holdout_every=2,
+                              holdout_offset=1, val_questions=3)
+    summary = train_phrase(cfg)
+    card = (out / "last" / "README.md").read_text(encoding="utf-8")
+    assert "--holdout-every 2 --holdout-offset 1" in card and "| validation | on held-out questions: below |" in card
+    validated = json.loads(card.split("```json\n", 1)[1].split("\n```", 1)[0])
+    assert validated == json.loads(json.dumps(summary["validation"]))
