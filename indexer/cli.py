@@ -372,6 +372,7 @@ def _search(args: argparse.Namespace) -> int:
     from spanseek.core.model import given_model
 
     params = from_args(SearchParams, args, filter=_filter(args))  # bad values fail here
+    _given_reader(args.reader, params.read)
     ids: list[str] = []
     if args.questions_file is not None:
         if args.questions:
@@ -387,7 +388,6 @@ def _search(args: argparse.Namespace) -> int:
         raise ValueError("no questions to search: give them as arguments, one a line on stdin, or in --questions FILE")
     index = _index_dir(args.index, "--index")
     given_model(args.model, "--model")
-    _given_reader(args.reader if params.read else None)
     # One precision however many questions are asked, the service's default (auto: from the device's features, no
     # start-up timing; on a CPU the encoder and the reader then run on ONNX Runtime in fp32 where it is installed), so
     # a question gets the same hits and scores alone as among others
@@ -457,13 +457,13 @@ def _eval(args: argparse.Namespace) -> int:
     from spanseek.indexer.evaluate import run_eval
 
     params = from_args(SearchParams, args, only=EVAL_SEARCH_FLAGS)  # the options, then the files they name
+    _given_reader(args.reader, params.read)
     for flag, given in (("--questions", args.questions), ("--corpus", args.corpus)):
         if args.out is not None and given is not None and _same_file(args.out, given):  # the metrics would replace it
             raise ValueError(f"--out {args.out} is the {flag} file to read; write the metrics somewhere else")
     corpus = _corpus_file(args.corpus) if args.corpus else None
     given_path(args.questions, "--questions", file=True)
     index = _index_dir(args.index, "--index") if args.index is not None else None
-    _given_reader(args.reader if params.read else None)
     # the model that built --index, as `spanseek search` takes it (None); a temporary index is built with `default`
     model = args.model if args.model is not None else ("default" if index is None else None)
     m = run_eval(args.questions, model, index=index, corpus=corpus,
@@ -490,13 +490,18 @@ def _add_lexical(args: argparse.Namespace) -> int:
     return 0
 
 
-def _given_reader(reader: str | None) -> None:
-    """``--reader``, when it is read (``--read``), refused naming the flag unless it is a reader directory or
-    ``default`` (``core.reader.resolve_reader``), before a model is loaded."""
-    if reader is not None:
-        from spanseek.core.reader import resolve_reader
+def _given_reader(reader: str, read: bool) -> None:
+    """``--reader``, refused naming the flag unless it is a reader directory or ``default``
+    (``core.reader.resolve_reader``), before a model is loaded; one other than the default without ``--read``,
+    which would go unused, is refused naming both."""
+    if not read:
+        if reader != "default":
+            raise ValueError(f"--reader {reader} would go unused: the reader reads the top passages with --read, "
+                             "which is not given (give --read, or leave --reader out)")
+        return
+    from spanseek.core.reader import resolve_reader
 
-        resolve_reader(reader, "--reader")
+    resolve_reader(reader, "--reader")
 
 
 def _reader_flag(p: argparse.ArgumentParser) -> None:

@@ -237,6 +237,9 @@ FAILURES = [
     (["search", "--index", "{missing}", "q"], "--index {missing}: no such index directory"),
     (["search", "--index", "{tmp}/file", "q"], "--index {tmp}/file: a file, not an index directory"),
     (["search", "--index", "{tmp}", "--top-k", "some", "q"], "argument --top-k"),
+    (["search", "--index", "{tmp}", "--reader", "{tmp}", "q"], "--reader {tmp} would go unused: the reader reads "
+     "the top passages with --read, which is not given"),
+    (["eval", "--questions", "{tmp}/file", "--reader", "{tmp}"], "--reader {tmp} would go unused"),
     (["search", "--index", "{tmp}", "--where", "k", "q"], "--where"),
     (["search", "--index", "{tmp}", "--filter", "@{missing}", "q"], "{missing}"),
     (["eval", "--questions", "{missing}"], "{missing}: No such file"),
