@@ -275,11 +275,14 @@ def _run_on(before: str, after: str, hyphen: str, hyphenation: pdf_layout.Hyphen
     """Paragraph ``before`` going on with ``after``, the text of a block in the next column or page: a space apart,
     but a word broken at the end of ``before`` (``hyphen``: the hyphen its last line ends with, "" for none) made whole
     as a word broken inside a block is (``hyphenation``): "infor-" at a page's foot over "mation" at the next's top
-    reads "information" (it read "infor- mation")."""
+    reads "information" (it read "infor- mation"). A hyphen that ends no word broken there (a dash set apart, "fees -",
+    or one before a bracket, "1996-" over "(the") keeps the space."""
     if not hyphen:
         return f"{before} {after}"
     head, _, word = before.rpartition(" ")
     mended = hyphenation.mend(f"{word.rstrip(_HYPHENS)}{hyphen}\n{after}")
+    if "\n" in mended:  # (left where ``mend`` finds no word broken across it: a space there, as between any lines)
+        return f"{before} {after}"
     return f"{head} {mended}" if head else mended
 
 

@@ -1527,6 +1527,20 @@ def test_a_word_broken_where_its_paragraph_goes_on_in_the_next_column_or_page_is
         "in September.")
 
 
+@pytest.mark.parametrize(("end", "top", "expected"), [
+    ("new berth fees for the ferries and trawlers -", "which the fishermen had long asked for.",
+     "ferries and trawlers - which the fishermen"),
+    ("new berth fees for the years 1996-", "(the last of the old board) in full.",
+     "the years 1996- (the last of the old board)")], ids=["dash", "range"])
+def test_a_hyphen_that_breaks_no_word_at_a_page_s_foot_keeps_its_space(tmp_path, end, top, expected):
+    """A paragraph that goes on at the top of the next page after a line ending in a hyphen that breaks no word there
+    (a dash set apart, a range before a bracket) reads as one line, a space after the hyphen: it read a line break
+    into the paragraph ("trawlers -\\nwhich")."""
+    pages = [column(20, 30, [A, ["The harbour board met in March to settle the", end]]), column(20, 30, [[top]])]
+    paragraph = extract_pdf(lines_pdf(tmp_path / "dash.pdf", pages)).paragraphs[-1]
+    assert "\n" not in paragraph and expected in paragraph
+
+
 def test_a_page_whose_compressed_content_is_damaged_is_named(tmp_path, caplog):
     """A page whose compressed content stream is damaged read as nothing without a word, the others read: a warning
     names the file and the page."""
