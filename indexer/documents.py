@@ -156,7 +156,6 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any], list[str], str 
         from pdfminer.converter import PDFPageAggregator
         from pdfminer.layout import LAParams, LTCurve, LTFigure, LTImage, LTLine, LTRect
         from pdfminer.pdfinterp import PDFPageInterpreter, PDFResourceManager
-        from pdfminer.pdfparser import PDFParser
         from pdfminer.pdftypes import resolve1
     except ImportError:
         raise IngestError(f"{path}: reading PDF needs pdfminer.six (pip install 'spanseek[index]')") from None
@@ -166,7 +165,7 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any], list[str], str 
     # boxes, such as headings, among the other column's, and costs time growing with the square of the boxes)
     laparams = LAParams(char_margin=4.0, boxes_flow=None)
     with open(path, "rb") as f:
-        document = pdf_file.pdf_document()(PDFParser(f))
+        document = pdf_file.pdf_document().of_file(f)
         if document.xref_loop is not None:
             log.warning("%s: %s (a loop); read with the sections before it", path, document.xref_loop)
         resources = PDFResourceManager()

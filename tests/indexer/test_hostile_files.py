@@ -259,6 +259,23 @@ def test_a_pdf_decompression_bomb_is_refused_before_it_is_expanded(tmp_path):
     assert "The castle was built in 1250." in extract_pdf(path).paragraphs[0]
 
 
+def test_a_pdf_cut_short_with_a_decompression_bomb_in_an_object_stream_is_refused_before_it_is_expanded(tmp_path):
+    """A PDF without a cross-reference table to read (cut short, or its /startxref wrong) is read through for its
+    objects, and the object streams met on the way were expanded whole, unmeasured: a 300 KB file took 947 MiB. Its
+    bomb is refused as one in a whole file is."""
+    bomb = zlib.compress(b"7 0 " + b" " * BOMB + b"<< /Kind /Junk >>", 9)
+    whole = pdf_of_objects(tmp_path / "whole.pdf", [*page(), stream(TEXT), FONT, b"<< /Type /ObjStm /N 1 /First 4 "
+                                                    b"/Filter /FlateDecode /Length %d >>\nstream\n%s\nendstream"
+                                                    % (len(bomb), bomb)]).read_bytes()
+    cut = whole[:whole.rindex(b"xref")]
+    for name, data in (("cut.pdf", cut), ("pointed.pdf", cut + b"startxref\n%d\n%%%%EOF\n" % (len(cut) - 20))):
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(Unreadable, match=r"a decompression bomb: its compressed stream \(one found reading the "
+                                             r"file through\) expands from [0-9,]+ bytes to [0-9,]+ or more"):
+            extract_pdf(tmp_path / name)
+    assert extract_pdf(tmp_path / "whole.pdf").paragraphs == ["The castle was built in 1250."]  # (never expanded)
+
+
 def test_a_pdf_line_of_one_long_word_is_read_in_linear_time():
     word = "a" * 12_000  # the old patterns tried the word from each of its letters: some 12 s
     t0 = time.process_time()
