@@ -113,6 +113,10 @@ class HTMLText(HTMLParser):
         self.title: str | None = None
         self.first_heading: str | None = None
         self.first_h1: str | None = None
+        # the headings read inside a <form> (a comment form's "Leave a reply", a search box's): a form's, which
+        # trafilatura drops with it as boilerplate, not a section of the page's own; and the <form>s open
+        self.form_headings: set[str] = set()
+        self._forms = 0
         # the first paragraph in a title's style (<p class="title">: a Google Docs export's title, which has no
         # <title>), and whether it is being read
         self.title_paragraph: str | None = None
@@ -275,6 +279,7 @@ class HTMLText(HTMLParser):
             self._pre += tag == "pre"
             self._in_title_paragraph = tag == "p" and self.title_paragraph is None and "title" in (
                 named.get("class") or "").split()
+        self._forms += tag == "form"
         if tag in ("ol", "ul", "menu"):
             self._lists.append(_OrderedList(named, list_start(named, None)) if tag == "ol" else None)
         elif tag == "input" and (box := check_box(named)) and not self._skip and (
@@ -340,6 +345,7 @@ class HTMLText(HTMLParser):
             # it; an inline one ("<b><span hidden>a</b>") with any element around it
             self._hidden = []
         self._sup -= tag == "sup" and self._sup > 0
+        self._forms -= tag == "form" and self._forms > 0
         if tag in FIELDS:
             self._text().append(" ")
         if tag in ("rt", "rp", "ruby"):
@@ -381,6 +387,8 @@ class HTMLText(HTMLParser):
                 self.first_heading = self.first_heading or text or None
                 if tag == "h1":
                     self.first_h1 = self.first_h1 or text or None
+                if self._forms:
+                    self.form_headings.add(text)
                 self._heading, level = None, _HEADINGS[tag]
             if tag == "p" and self._in_title_paragraph:
                 self.title_paragraph, self._in_title_paragraph = one_line("".join(self._buf)) or None, False

@@ -30,9 +30,9 @@ def extract_html(source: str, where: str = "<html>") -> Extracted:
     """Main-content paragraphs (``main_content``) with their sections, title (<title>, else the first paragraph of
     class "title", as a Google Docs export sets its title, else the first <h1>) and
     <meta> tags of an HTML document; every block's paragraphs (``HTMLText``) where trafilatura finds no main content,
-    or keeps none of the page's headings (but its title's <h1>) and at least ``MAIN_SHARE`` of its other text: it then
-    dropped the page's structure rather than boilerplate (the headings of a page without <main> or <article>, a lone
-    <h2> among them; the lists and tables of sloppy HTML glued into the paragraph left open before them). A page whose text is mostly in elements a
+    or keeps none of the page's headings (but its title's <h1> and a <form>'s) and at least ``MAIN_SHARE`` of its other
+    text: it then dropped the page's structure rather than boilerplate (the headings of a page without <main> or
+    <article>, a lone <h2> among them; the lists and tables of sloppy HTML glued into the paragraph left open before them). A page whose text is mostly in elements a
     browser hides (a wrapper <div style="display: none"> around the article, after a header that shows) is one its
     scripts show: its hidden elements are read."""
     main, parser, byline = _page(source, where, hidden=False)
@@ -53,9 +53,10 @@ def _page(source: str, where: str, hidden: bool) -> tuple[Sections, HTMLText, di
     main, byline = main_content(source, where, hidden)
     full = parser.text
     # the page's sections: its headings but its title's (its first <h1>, which trafilatura takes out of the text as
-    # the page's title, or the text of its title): a lone <h2> is a section whose words the page would lose
+    # the page's title, or the text of its title): a lone <h2> is a section whose words the page would lose; a
+    # form's heading ("Leave a reply") is no section of the page's: trafilatura drops the form as boilerplate
     headings = {text for path in full.paths for _, text in path} - {parser.first_h1, parser.title,
-                                                                   parser.title_paragraph}
+                                                                   parser.title_paragraph} - parser.form_headings
     if main is None or (not any(main.paths) and headings and sum(map(len, main.texts)) >= MAIN_SHARE * (
             sum(map(len, full.texts)) - full.heading_chars)):
         main = full

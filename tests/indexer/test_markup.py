@@ -411,6 +411,21 @@ def test_a_page_s_lone_heading_below_its_title_is_kept():
     assert titled.title == "Installing the widget" and "Installing the widget" not in titled.paragraphs
 
 
+def test_a_form_s_heading_does_not_read_a_page_whole():
+    """A page with no <h1> whose only heading is a form's (a comment form's "Leave a reply", a search box's) was read
+    whole, the form with it, as though trafilatura had lost a section of the page: the form is boilerplate and is
+    dropped, as it is where the page has no heading at all."""
+    body = ("<p>First unpack the box carefully and check that every part is present before you start.</p>"
+            "<p>Then attach the base plate with the four screws supplied, and tighten them by hand.</p>")
+    forms = ("<form><h3>Leave a reply</h3><p>Your email address will not be published.</p><label>Comment</label>"
+             "<textarea></textarea><button>Post comment</button></form>",
+             "<div class='search'><form><h2>Search this site</h2><input><button>Go</button></form></div>")
+    for form in forms:
+        for page in (f"<html><head><title>Widgets</title></head><body><article>{body}{form}</article></body></html>",
+                     f"<html><head><title>Widgets</title></head><body><div>{body}</div>{form}</body></html>"):
+            assert extract_html(page).paragraphs == extract_html(page.replace(form, "")).paragraphs, page
+
+
 def test_a_wikipedia_formula_shown_as_an_image_reads_as_its_alt_text():
     """Wikipedia hides a formula's MathML (``display: none``) and shows its image, whose alt text (its TeX) is the
     only text a reader sees: the formula was lost ("The identity holds"). It reads as that TeX, out of its
