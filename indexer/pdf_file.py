@@ -236,6 +236,12 @@ def _inflated_size(data: bytes, limit: int) -> int:
     return size
 
 
+# what ends the reading of a PDF where an object that cannot be read is otherwise passed over as damaged: memory
+# run out, or a decompression bomb (``Unreadable``: met again for each object in it, at a quarter of a second each, a
+# page tree of 20 pages in one took 8 s, and was named damaged)
+_FATAL = (MemoryError, Unreadable)
+
+
 @functools.cache
 def pdf_document() -> type:
     """pdfminer's PDFDocument, hardened against hostile files. An object that is a reference to itself (``6 0 obj 6
@@ -300,7 +306,9 @@ def pdf_document() -> type:
 
             try:
                 found = self.getobj(objid)
-            except Exception:  # (pdfminer raises many types on a damaged object: it is passed over)
+            except Exception as e:  # (pdfminer raises many types on a damaged object: it is passed over)
+                if isinstance(e, _FATAL):
+                    raise
                 return False
             return isinstance(found, dict) and found.get("Type") is LITERAL_CATALOG
 
@@ -410,7 +418,7 @@ def pdf_pages(document: Any) -> Iterator[Any]:
             objid = node if isinstance(node, int) else node.objid
             attrs = dict_value(document.getobj(objid) if isinstance(node, int) else node).copy()
         except Exception as e:  # (pdfminer raises many types on a damaged object)
-            if isinstance(e, MemoryError):
+            if isinstance(e, _FATAL):
                 raise
             document.passed_over += 1
             continue
@@ -430,7 +438,7 @@ def pdf_pages(document: Any) -> Iterator[Any]:
         try:  # no page tree: the page objects the file holds
             page = document.getobj(objid)
         except Exception as e:
-            if isinstance(e, MemoryError):
+            if isinstance(e, _FATAL):
                 raise
             continue
         if isinstance(page, dict) and page.get("Type") is LITERAL_PAGE:
@@ -447,7 +455,7 @@ def damage(document: Any, read: int, broken: str = "") -> str | None:
     try:
         listed = resolve1(dict_value(document.catalog.get("Pages")).get("Count"))
     except Exception as e:
-        if isinstance(e, MemoryError):
+        if isinstance(e, _FATAL):
             raise
         listed = None
     # (a count the tree gives wrong, as sloppy files do, is no damage where every node of it is read)

@@ -276,6 +276,34 @@ def test_a_pdf_cut_short_with_a_decompression_bomb_in_an_object_stream_is_refuse
     assert extract_pdf(tmp_path / "whole.pdf").paragraphs == ["The castle was built in 1250."]  # (never expanded)
 
 
+def test_a_page_tree_whose_pages_lie_in_a_decompression_bomb_is_refused_at_once(tmp_path):
+    """A page tree whose pages are objects in an object stream that is a decompression bomb: each page that could not
+    be read was passed over as damaged, measuring the bomb again for each (a quarter of a second each: 20 pages,
+    8 s), and the file was named damaged. It is refused as a bomb, at the first."""
+    kids = list(range(10, 30))
+    head = b" ".join(b"%d 0" % kid for kid in kids) + b" "
+    packed = zlib.compress(head + b"<< /Type /Page /Parent 2 0 R >>" + b" " * BOMB, 9)
+    objects = {1: b"<< /Type /Catalog /Pages 2 0 R >>",
+               2: b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(b"%d 0 R" % kid for kid in kids), len(kids)),
+               3: b"<< /Type /ObjStm /N %d /First %d /Filter /FlateDecode /Length %d >>\nstream\n%s\nendstream"
+                  % (len(kids), len(head), len(packed), packed)}
+    body, at = b"%PDF-1.5\n", {}
+    for number, obj in objects.items():
+        at[number] = len(body)
+        body += b"%d 0 obj\n%s\nendobj\n" % (number, obj)
+    size = kids[-1] + 2  # the cross-reference stream is the last object: type 1 at an offset, 2 in object 3
+    rows = b"".join(b"\x01%s\x00\x00" % at[n].to_bytes(4, "big") if n in at else
+                    b"\x02\x00\x00\x00\x03%s" % kids.index(n).to_bytes(2, "big") if n in kids else bytes(7)
+                    for n in range(size - 1)) + b"\x01%s\x00\x00" % len(body).to_bytes(4, "big")
+    body += b"%d 0 obj\n<< /Type /XRef /Size %d /W [1 4 2] /Root 1 0 R /Length %d >>\nstream\n%s\nendstream\nendobj\n" % (
+        size - 1, size, len(rows), rows) + b"startxref\n%d\n%%%%EOF\n" % len(body)
+    (tmp_path / "tree.pdf").write_bytes(body)
+    t0 = time.process_time()
+    with pytest.raises(Unreadable, match=r"a decompression bomb: its compressed stream \(object 3\) expands from"):
+        extract_pdf(tmp_path / "tree.pdf")
+    assert time.process_time() - t0 < 2.0
+
+
 def test_a_pdf_line_of_one_long_word_is_read_in_linear_time():
     word = "a" * 12_000  # the old patterns tried the word from each of its letters: some 12 s
     t0 = time.process_time()
