@@ -338,8 +338,9 @@ class MicroBatcher:
         """Whether a batch taken with ``searcher`` (a weak reference: asking does not keep a replaced searcher
         alive) is still being encoded or searched, or a request whose first part ran on it has parts still queued."""
         held = searcher()
-        return held is not None and any(item.searcher is held for item in [*self._inflight, *self._pending]
-                                        if item.live())
+        # a batch runs on to its end whether or not its clients still wait; a queued part counts while it is wanted
+        return held is not None and any(item.searcher is held for item in
+                                        [*self._inflight, *(item for item in self._pending if item.live())])
 
     @property
     def depth(self) -> int:
@@ -438,8 +439,9 @@ class MicroBatcher:
     def _withdraw(self, item: _Pending) -> None:
         """Take a request whose future was cancelled out of the queue now (not when the next batch is cut): its
         questions leave the depth and the admission's count at once, and a write step or a batch held for it need
-        not wait. A request already in a batch is left to that batch."""
-        item.searcher = None  # a request that left holds no replaced searcher
+        not wait. A request already in a batch is left to that batch (which runs on its searcher to the end)."""
+        if item not in self._inflight:
+            item.searcher = None  # a request that left holds no replaced searcher
         withdrawn = self._pending.withdraw(item)
         self._set_depth(self._queued_questions())  # also when a batch being cut dropped it first
         if not withdrawn:

@@ -574,3 +574,38 @@ async def test_a_request_run_in_parts_is_answered_from_one_index_across_a_reload
         assert docs_of(await search(client)) == {"b"}  # the next request is the new index's
         assert old() is None
         assert state.batcher.depth == 0 and not state.batcher._inflight
+
+
+async def test_a_batch_whose_clients_left_still_holds_the_old_index_until_it_ends(settings_for, async_serve,
+                                                                                 counting_factory, until, index_b):
+    """A reload waits for the batches still running on the old index before it collects it (``released_previous``).
+    A batch whose clients all left while it was encoded still runs on the old index: the reload counted it as done,
+    collected and froze the old index while that batch held it, and answered ``released_previous: true``; the old
+    index, in a reference cycle, then stayed in memory once the batch ended. Now the reload waits for that batch."""
+    factory, encoder = counting_factory(block=True)
+    app = create_app(settings_for(api_key=KEY), factory)
+    state = app.state.service
+    encoder.gate.set()
+    async with async_serve(app) as client:
+        client.headers.update(AUTH)
+        assert (await client.post("/admin/reload")).status_code == 200  # a searcher that only the app holds
+        first = state.searcher
+        first.cycle = first  # only the cyclic collector can free it
+        old = weakref.ref(first)
+        del first
+        encoder.gate.clear()
+        encoder.entered.clear()
+        gone = asyncio.create_task(search(client))
+        await until(encoder.entered.is_set)  # its batch is being encoded on the old index
+        gone.cancel()  # and its client leaves
+        await until(lambda: not state.batcher._inflight[0].live())
+        reload = asyncio.create_task(client.post("/admin/reload", json={"index": str(index_b)}))
+        await until(lambda: state.info["index"]["dir"] == str(index_b.resolve()))
+        assert state.batcher.serves(old)  # its batch is still being encoded on the old index
+        await asyncio.sleep(0.2)
+        assert not reload.done()  # so the reload waits for it before it collects the old index
+        encoder.gate.set()
+        answer = await asyncio.wait_for(reload, 30)
+        assert answer.status_code == 200 and answer.json()["index"]["released_previous"] is True
+        assert old() is None
+        assert docs_of(await search(client)) == {"b"}
