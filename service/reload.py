@@ -165,6 +165,7 @@ class IndexReloader:
         self._next = -float("inf")  # monotonic time from which the next reload on request may start
         self._ended, self._last_outcome = -float("inf"), "ended"  # when the last reload on request ended, and how
         self._abandoned = False  # the server is stopping: no reload is waited for (``abandon``)
+        self._swapped: asyncio.Task | None = None  # the last reload that swapped its index in (``abandon``)
 
     def describe(self) -> dict[str, Any]:
         """Counters, the attempt under way (None when none is) and the last one ended, for /info."""
@@ -251,6 +252,7 @@ class IndexReloader:
                                 f"reload of {path} failed, still serving the previous index") from None
         old = weakref.ref(state.searcher)  # no strong reference here: _release collects it, cycles and all
         self.path, self.signature, self._failed = path, signature, None
+        self._swapped = asyncio.current_task()  # done from here on: a stop no longer abandons it
         state.swap_searcher(new, resolved)
         self._success(reason, resolved.target, t0, loaded)
         released = await self._release(old)
@@ -301,11 +303,12 @@ class IndexReloader:
     async def _release(self, old: weakref.ref[Searcher]) -> bool:
         """Wait until no batch runs on ``old`` any more, then collect it (faiss and memory maps are freed once
         the last reference goes; ``settle`` thaws the frozen heap, so a reference cycle through the old searcher is
-        collected too). False if its batches took longer than RELEASE_WAIT_S (it is freed later)."""
+        collected too). False if its batches took longer than RELEASE_WAIT_S, or the server stops meanwhile (it is
+        freed later)."""
         batcher = self.state.batcher
         deadline = time.monotonic() + RELEASE_WAIT_S
         while batcher is not None and batcher.serves(old):
-            if time.monotonic() > deadline:
+            if self._abandoned or time.monotonic() > deadline:
                 return False
             await asyncio.sleep(0.01)
         await asyncio.get_running_loop().run_in_executor(self.executor, settle, True)
@@ -326,9 +329,10 @@ class IndexReloader:
 
     def abandon(self) -> None:
         """The server is stopping: the reload under way is cancelled (its callers get NotReady; the thread reading its
-        index is not waited for: service.server), and none starts from now on."""
+        index is not waited for: service.server), and none starts from now on. One that has swapped its index in
+        already is done: it no longer waits to release the old index (``_release``), and its callers get its answer."""
         self._abandoned = True
-        if self._running is not None:
+        if self._running is not None and self._running[1] is not self._swapped:
             self._running[1].cancel()
 
     def close(self) -> None:

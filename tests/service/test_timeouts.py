@@ -310,3 +310,55 @@ def test_a_reload_under_way_when_the_server_stops_is_answered_503_at_once(settin
     [(r, at)] = answers
     assert r.status_code == 503 and r.json()["error"] == "not_ready" and "shutting down" in r.json()["message"]
     assert at - stopped < 5  # not the stop's 10 s grace time
+
+
+def test_a_reload_that_swapped_its_index_in_before_the_server_stops_is_answered_as_done(settings_for,
+                                                                                         counting_factory):
+    """A reload that has swapped the new index in waits for the old index's last batch before it releases it. The
+    server stops meanwhile: the reload was cancelled and its caller told 503 "the reload was abandoned, the index
+    served is unchanged", while the new index served every request since the swap. Now the caller gets the reload's
+    answer at once: 200, the new index, and ``released_previous`` false (a batch still ran on the old one)."""
+    import httpx
+
+    from spanseek.core.search import Searcher
+
+    factory, encoder = counting_factory(block=True)
+    encoder.gate.set()
+    settings = settings_for(port=_free_port(), api_key="key")
+    servers: list[uvicorn.Server] = []
+    answers: dict[str, tuple[httpx.Response, float]] = {}
+    url = f"http://{settings.host}:{settings.port}"
+
+    def post(name: str, path: str, **kwargs) -> None:
+        r = httpx.post(url + path, headers={"X-API-Key": "key"}, timeout=30, **kwargs)
+        answers[name] = (r, time.monotonic())
+
+    def reopen(settings, index_dir, current):
+        return Searcher(current.index, current.encoder)
+
+    try:
+        with spanseek_server(settings, servers=servers, searcher_factory=factory, searcher_reopener=reopen):
+            reloader = servers[0].config.app.state.service.reloader
+            encoder.gate.clear()
+            encoder.entered.clear()
+            callers = [threading.Thread(target=post, args=("search", "/search"), kwargs={"json": {"query": "who?"}})]
+            callers[0].start()
+            assert encoder.entered.wait(30)  # a batch runs on the index served now
+            callers.append(threading.Thread(target=post, args=("reload", "/admin/reload")))
+            callers[1].start()
+            deadline = time.monotonic() + 30
+            while reloader.reloads < 1:  # swapped in: the reload waits for that batch to release the old index
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            stopped = time.monotonic()
+            servers[0].should_exit = True
+            callers[1].join(30)
+            encoder.gate.set()
+            callers[0].join(30)
+    finally:
+        encoder.gate.set()
+    r, at = answers["reload"]
+    assert r.status_code == 200, r.text
+    assert r.json()["index"]["released_previous"] is False
+    assert at - stopped < 5  # not the stop's 10 s grace time
+    assert answers["search"][0].status_code == 200
