@@ -353,10 +353,12 @@ def test_serve_refuses_a_search_device_this_machine_lacks_in_one_line(tiny_index
     assert len(err.strip().splitlines()) == 1
 
 
-def _loading_forever(gate):
-    """A searcher factory that blocks its thread until ``gate`` is set, as reading a large index does."""
+def _loading_forever(gate, entered):
+    """A searcher factory that blocks its thread until ``gate`` is set, as reading a large index does (``entered`` is
+    set once it has begun)."""
 
     def factory(settings):
+        entered.set()
         gate.wait(30)
         raise RuntimeError("gave up")
 
@@ -370,12 +372,12 @@ async def test_a_stopped_server_names_its_threads_still_loading_and_waits_for_no
 
     from spanseek.service.app import create_app
 
-    gate = threading.Event()
-    app = create_app(settings_for(), _loading_forever(gate))
+    gate, entered = threading.Event(), threading.Event()
+    app = create_app(settings_for(), _loading_forever(gate, entered))
     state = app.state.service
     async with app.router.lifespan_context(app):
         deadline = time.monotonic() + 10
-        while not state.workers:
+        while not entered.is_set():  # the load reads the index (a thread started before is idle between its steps)
             assert time.monotonic() < deadline
             await asyncio.sleep(0.01)
     t0 = time.process_time()
