@@ -29,6 +29,7 @@ for a load of the index still under way (``exit_past_unfinished_work``).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import fcntl
 import logging
 import os
@@ -252,7 +253,9 @@ def exit_past_unfinished_work(app: object, wait_s: float = WORKER_EXIT_WAIT_S) -
     busy = service.unfinished(wait_s) if service is not None else []
     if busy:
         log.warning("stopped; not waiting for %s, still loading: exiting", ", ".join(busy))
-        logging.shutdown()  # (os._exit flushes nothing itself)
+        # what an exit runs besides waiting for threads (os._exit runs nothing itself): the logs flushed, and the
+        # spans of the last requests exported (the tracer provider's own exit handler), else lost with the process
+        atexit._run_exitfuncs()
         os._exit(0)
 
 

@@ -394,13 +394,42 @@ def test_exit_past_unfinished_work_ends_the_process_only_while_a_thread_still_ru
 
     exits = []
     monkeypatch.setattr(server.os, "_exit", exits.append)
+    monkeypatch.setattr(server.atexit, "_run_exitfuncs", lambda: exits.append("exit handlers"))
     busy = SimpleNamespace(state=SimpleNamespace(service=SimpleNamespace(unfinished=lambda wait_s: ["spanseek-reload_0"])))
     idle = SimpleNamespace(state=SimpleNamespace(service=SimpleNamespace(unfinished=lambda wait_s: [])))
     server.exit_past_unfinished_work(idle)
     server.exit_past_unfinished_work(object())  # an app without the service's state (tests' own apps)
     assert exits == []
     server.exit_past_unfinished_work(busy)
-    assert exits == [0]
+    assert exits == ["exit handlers", 0]
+
+
+@pytest.mark.slow
+def test_exiting_past_unfinished_work_still_exports_the_last_spans(tmp_path):
+    """The process ended by ``exit_past_unfinished_work`` runs what an exit runs (but the wait for threads): the
+    spans of the requests answered as the server stopped are exported (the tracer provider exports them at exit),
+    where they were lost with the process, the logs alone flushed."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("opentelemetry.sdk.trace")
+    script = tmp_path / "exit.py"
+    script.write_text(
+        "import sys\n"
+        "from types import SimpleNamespace\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter\n"
+        "from spanseek.service.server import exit_past_unfinished_work\n"
+        "provider = TracerProvider()\n"
+        "provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter(out=sys.stdout), schedule_delay_millis=60000))\n"
+        "provider.get_tracer('test').start_span('answered-as-it-stopped').end()\n"
+        "busy = SimpleNamespace(unfinished=lambda wait_s: ['spanseek-reload_0'])\n"
+        "exit_past_unfinished_work(SimpleNamespace(state=SimpleNamespace(service=busy)))\n"
+        "print('not reached')\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "answered-as-it-stopped" in done.stdout and "not reached" not in done.stdout, done.stdout
+    assert "not waiting for spanseek-reload_0, still loading: exiting" in done.stderr
 
 
 @pytest.mark.slow
