@@ -1,5 +1,6 @@
-"""The README's figures are the figures of the runs they cite: each claim below is read from the page and compared
-with the JSON under bench/results that holds its run, rounded as the page rounds it.
+"""The README's figures, and those of docs/service.md on a live write's snapshot, are the figures of the runs they
+cite: each claim below is read from the page and compared with the JSON under bench/results that holds its run,
+rounded as the page rounds it.
 
     .venv/bin/python -m pytest -q tests/test_docs_numbers.py
 
@@ -118,6 +119,9 @@ HTTP = [*AMX_SERVICE, *AVX512_SERVICE, "service_load_phrase_async_checks.json", 
 # one client's requests with read on the AVX2 EPYC: each run's single request and its first closed-loop level
 AVX2_READ = Figure([(f"service_read_small_scan{run}.json", key) for run in ("", "_2")
                     for key in (("single", "p50_ms"), ("levels", "0", "p50_ms"))], 0)
+SNAPSHOTS = "live_snapshot_cost.json"  # a list of runs: 100, 1,000 and 5,000 written documents
+# its tables of copies in ms, as the page writes them (0.15 / 0.28 / 1.0)
+COPIES = [fig(SNAPSHOTS, f"{i}.copies_s", scale=1000, digits=digits) for i, digits in enumerate((2, 2, 1))]
 N = r"([\d.]+)"  # a figure in a pattern
 R = r"([\d.]+(?:-[\d.]+)?)"  # a figure or a range
 
@@ -219,6 +223,12 @@ CLAIMS = [
           + [Figure([("service_max_wait.json", ("runs", str(i), "single_p50_ms")) for i in (0, 2)], 0)]
           + [fig(f"service_load_{u}_async_checks.json", "saturation.qps", digits=0) for u in ("phrase", "passage")]
           + [AVX2_READ]),
+    # a live write's snapshot over a 1M-passage base, after 100 / 1,000 / 5,000 written documents (ms)
+    Claim("docs/service.md", rf"a write's snapshot {N} / {N} / {N} ms \(before: 1\.5 / 13 / 70 ms\), its BM25 part {N} / "
+          rf"{N} / {N} ms", [fig(SNAPSHOTS, f"{i}.{key}", scale=1000) for key in ("snapshot_s", "lexical_s")
+                             for i in range(3)]),
+    *(Claim("docs/service.md", rf"{words} {N} / {N} / {N} ms", COPIES)
+      for words in (r"collapses it\),", "its table of copies")),
 ]
 
 # The speed table's rows and the runs behind their cells. A row names its runtime when its runs did not run as
