@@ -69,7 +69,9 @@ class SegmentChunks(Generic[T]):
         self.docs: list[Any] = []  # the documents the chunks cover, in segment order
         self.chunks: list[Chunk[T]] = []
         self._lock = threading.Lock()
-        self._queued: set[tuple[int, int]] = set()  # the runs handed to the joining thread, not joined yet
+        # the runs handed to the joining thread, not joined yet, and the documents each was handed (a write that
+        # changed them hands the run again: the earlier hand-over is then neither built nor counted)
+        self._queued: dict[tuple[int, int], tuple[Any, ...]] = {}
         self._failed: set[tuple[int, int]] = set()  # joins that failed, not tried again while their documents stay
 
     def of(self, segment: Sequence[Any], build: Callable[[Sequence[Any], int], T]) -> tuple[Chunk[T], ...]:
@@ -87,7 +89,7 @@ class SegmentChunks(Generic[T]):
             held = {(c.start, c.stop): c for c in kept}
             self.chunks = [held[run] if run in held else Chunk(*run, build(self.docs[run[0]:run[1]], run[0]))
                            for run in counter_runs([(c.start, c.stop) for c in kept], len(segment), INLINE_RUN)]
-            self._queued = {run for run in self._queued if run[1] <= covered}  # (those past it: documents left)
+            self._queued = {run: d for run, d in self._queued.items() if run[1] <= covered}  # (past it: documents left)
             self._failed = {run for run in self._failed if run[1] <= covered}
             due = self._due()
             out = tuple(self.chunks)
@@ -105,9 +107,15 @@ class SegmentChunks(Generic[T]):
             run = (a.start, b.stop)
             if (a.stop - a.start == b.stop - b.start >= INLINE_RUN and b.stop + INLINE_RUN <= len(self.docs)
                     and run not in self._queued and run not in self._failed and not any(r[0] < run[1] and run[0] < r[1] for r in self._queued)):
-                self._queued.add(run)
-                due.append((run, tuple(self.docs[run[0]:run[1]])))
+                self._queued[run] = tuple(self.docs[run[0]:run[1]])
+                due.append((run, self._queued[run]))
         return due
+
+    def wants(self, run: tuple[int, int], docs: tuple[Any, ...]) -> bool:
+        """Whether ``run`` is still to be joined over ``docs``: not if a write has changed its documents since it was
+        handed to the thread (and handed it again, over the new ones, if it is due again)."""
+        with self._lock:
+            return self._queued.get(run) is docs
 
     def join(self, run: tuple[int, int], docs: tuple[Any, ...], part: T,
              build: Callable[[Sequence[Any], int], T]) -> None:
@@ -115,7 +123,8 @@ class SegmentChunks(Generic[T]):
         covers, where ``docs`` are still the documents there and chunks start and stop at its ends (else a write has
         changed them since, and it is dropped); then hand the joins now due to the thread."""
         with self._lock:
-            self._queued.discard(run)
+            if self._queued.get(run) is docs:  # (not a run handed again since, over other documents)
+                del self._queued[run]
             start, stop = run
             inside = [i for i, c in enumerate(self.chunks) if start <= c.start and c.stop <= stop]
             if (inside and self.chunks[inside[0]].start == start and self.chunks[inside[-1]].stop == stop
@@ -125,12 +134,13 @@ class SegmentChunks(Generic[T]):
         for later, later_docs in due:
             JOINER.add(self, later, later_docs, build)
 
-    def dropped(self, run: tuple[int, int]) -> None:
-        """``run``'s join failed: its chunks stay as they are, and it is not tried again while its documents stay
-        (each write would try it again, and log its failure again)."""
+    def dropped(self, run: tuple[int, int], docs: tuple[Any, ...]) -> None:
+        """``run``'s join over ``docs`` failed: its chunks stay as they are, and it is not tried again while its
+        documents stay (each write would try it again, and log its failure again)."""
         with self._lock:
-            self._queued.discard(run)
-            self._failed.add(run)
+            if self._queued.get(run) is docs:
+                del self._queued[run]
+                self._failed.add(run)
 
 
 class _Joiner:
@@ -167,13 +177,13 @@ class _Joiner:
         """One join: nothing of it (its documents, its build, which may refer to a base's terms) is held after it.
         One that fails (memory, say) leaves the runs unjoined, read as they are, and the thread goes on."""
         chunks = ref()
-        if chunks is None:  # (its base is gone)
+        if chunks is None or not chunks.wants(run, docs):  # (its base is gone, or a write changed its documents)
             return
         try:
             chunks.join(run, docs, build(docs, run[0]), build)
         except Exception:
             log.exception("joining the segment's documents %d to %d failed; they are read unjoined", *run)
-            chunks.dropped(run)
+            chunks.dropped(run, docs)
 
     def wait(self) -> None:
         """Return once every join handed to the thread so far (and those they made due) is done."""

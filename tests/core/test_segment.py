@@ -871,6 +871,36 @@ def test_a_write_s_parts_find_their_documents_held_without_comparing_them_one_by
     filters_as_built_over(live, base.docs + [doc.record for doc in segment], rng, 5)
 
 
+def test_a_join_handed_again_over_new_documents_is_built_once_and_the_stale_one_not_at_all():
+    """A write that replaces an early document while the joining thread has joins of the old documents waiting hands
+    it the same runs over the new ones: each is built once, over the new documents, and the waiting ones are not
+    built (a waiting join, once done, took the newer hand-over of its run for its own, which was then handed a third
+    time: 19 joins built where 11 are due, 7 of them twice, and the runs left misaligned, a run of 512 from document
+    128 that no later join could join with the first 128)."""
+    import spanseek.core.segment_log as segment_log
+
+    me, gate, built = threading.get_ident(), threading.Event(), []
+
+    def build(docs, start):
+        if threading.get_ident() != me:
+            gate.wait(10)
+            built.append((start, start + len(docs), id(docs[0])))
+        return tuple(docs)
+
+    chunks, docs = segment_log.SegmentChunks(), [object() for _ in range(16 * segment_log.INLINE_RUN)]
+    try:
+        chunks.of(docs, build)  # runs of INLINE_RUN: their joins handed to the thread, waiting at the gate
+        docs = [object(), *docs[1:]]  # the first document replaced: each run built again, their joins due again
+        chunks.of(docs, build)
+    finally:
+        gate.set()
+    wait_for_joins()
+    assert len(built) == len(set(built)) == 11 and all(first == id(docs[start]) for start, _, first in built)
+    got = chunks.of(docs, build)
+    assert [c.stop - c.start for c in got] == [k * segment_log.INLINE_RUN for k in (8, 4, 2, 1, 1)]
+    assert [d for c in got for d in c.part] == docs
+
+
 def test_a_join_that_fails_leaves_its_runs_unjoined_and_the_joining_thread_goes_on(monkeypatch):
     """A join whose build fails (memory, say) leaves the runs it was to join as they are, read in order, and is not
     tried again at each write while its documents stay; the joining thread goes on: ``wait_for_joins`` returns, and
