@@ -162,6 +162,22 @@ def passage_lookup(searcher: Searcher) -> dict[tuple[str, str], int]:
     return {(idx.docs[p["doc"]]["title"], p["text"]): i for i, p in enumerate(idx.passages)}
 
 
+def gold_passages(searcher: Searcher, questions: list[Question]) -> list[int]:
+    """Each question's gold passage in the index (reading comprehension answers from it), found before anything is
+    searched; ValueError naming how many the index lacks, the first one's id and article, and what to do."""
+    lookup = passage_lookup(searcher)
+    found = [lookup.get((q.title, q.context), -1) for q in questions]
+    missing = [q for q, pid in zip(questions, found, strict=True) if pid < 0]
+    if missing:
+        q = missing[0]
+        raise ValueError(f"question {q.id}: its gold passage is not in the index ({len(missing)} of {len(questions)} "
+                         f"questions' passages are not, the first of article {q.title!r}); reading comprehension "
+                         "answers from each question's own paragraph, so evaluate it on an index that holds the "
+                         "question file's paragraphs (without --index, eval indexes them), or leave "
+                         "--reading-comprehension out")
+    return found
+
+
 def is_gold_document(hit: Hit, question: Question) -> bool:
     """Whether a document hit is the question's document: the same corpus id where the question names one (an
     open-domain question file's ``doc_id``, in either Unicode spelling: ``core.ids``), else the same title (a SQuAD
@@ -225,8 +241,10 @@ def evaluate(
         log.info("no question names its document (a title or doc_id): document accuracy is not measured")
     t0 = time.perf_counter()
     em1, f11, em10, em1_merged, pas, docs, rc_em, rc_f1 = [], [], [], [], [], [], [], []
-    lookup = passage_lookup(searcher) if reading_comprehension else {}
     base = params or SearchParams()
+    # with read, reading comprehension is the reader's: its best span of the gold passage (each question's context)
+    reading = searcher.reading if reading_comprehension and base.read else None
+    gold = gold_passages(searcher, questions) if reading_comprehension and reading is None else []
     # each run takes the parameters that rank its unit: fusion ranks passages and documents, a lexical weight the
     # phrases and the score fusion of the others (``check_fusion`` refuses what would rank nothing)
     rrf = (base.fusion or getattr(searcher, "default_fusion", "score")) == "rrf"
@@ -243,10 +261,10 @@ def evaluate(
         q_start, q_end = searcher.encoder.encode(texts)
         phrases, merged, passages, documents = (searcher.search_vectors(q_start, q_end, p, None, texts)
                                                 for p in runs.values())
-        read_rc = None  # with read, reading comprehension is the reader's: its best span of the gold passage
-        if reading_comprehension and base.read and searcher.reading is not None:
+        read_rc = None
+        if reading is not None:
             read_rc = [found[0].text if found else None for found in
-                       searcher.reading.reader.read(texts, [q.context for q in batch], decode=rc_decode)]
+                       reading.reader.read(texts, [q.context for q in batch], decode=rc_decode)]
         for i, q in enumerate(batch):
             em, f1 = answer_scores(phrases[i][0].text if phrases[i] else None, q.answers)
             em1.append(em)
@@ -259,10 +277,8 @@ def evaluate(
             if reading_comprehension:
                 if read_rc is not None:
                     answer = read_rc[i]
-                elif (pid := lookup.get((q.title, q.context))) is None:
-                    raise ValueError(f"question {q.id}: its gold passage is not in the index")
                 else:
-                    answer = searcher.passage_best_span(pid, q_start[i], q_end[i], decode=rc_decode).text
+                    answer = searcher.passage_best_span(gold[b + i], q_start[i], q_end[i], decode=rc_decode).text
                 em, f1 = answer_scores(answer, q.answers)
                 rc_em.append(em)
                 rc_f1.append(f1)

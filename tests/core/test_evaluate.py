@@ -151,10 +151,18 @@ def test_sample_is_fixed_and_bounded():
     assert sample_questions(qs, None) is qs and sample_questions(qs, 500) is qs
 
 
-def test_missing_gold_passage_is_an_error():
-    stranger = Question("q3", "capital of France?", ("Paris",), (0,), "France", "Not in the index.", 0, 1)
-    with pytest.raises(ValueError, match="q3: its gold passage is not in the index"):
-        evaluate(ScriptedSearcher(), [QUESTIONS[0], stranger], reading_comprehension=True, progress=False)
+def test_missing_gold_passage_is_an_error_before_any_search(monkeypatch):
+    """Reading comprehension answers from each question's gold passage: one the index lacks was found only when its
+    batch came, after every question before it had been searched (minutes on a large file), and named alone."""
+    searcher = ScriptedSearcher()
+    searched = []
+    monkeypatch.setattr(searcher, "search_vectors", lambda *a, **k: searched.append(a) or [])
+    strangers = [Question(f"q{i}", "capital of France?", ("Paris",), (0,), "France", f"Not in the index {i}.", 0, i)
+                 for i in (3, 4)]
+    with pytest.raises(ValueError, match=r"q3: its gold passage is not in the index \(2 of 3 questions' passages are "
+                       r"not, the first of article 'France'\)"):
+        evaluate(searcher, [QUESTIONS[0], *strangers], reading_comprehension=True, progress=False, batch_size=1)
+    assert searched == []
 
 
 def test_articles_that_are_no_document_of_the_index_are_said_and_counted(caplog):
