@@ -150,8 +150,13 @@ def read_questions(path: str | Path) -> QuestionFile:
         data = load_squad(path)
         questions = squad_questions(data)
         context = None  # the last one checked: a paragraph's questions come together and share it
+        seen: dict[str, str] = {}
         for q in questions:  # what is searched, printed (the id) or read (the context, the answers)
             where = f"{path}: question {q.id!r}"
+            place = f"data[{q.doc_index}].paragraphs[{q.para_index}]"
+            _check_new_id(seen, q.id, f"a question of {place}", f"{path}: {place}")
+            if not has_text(q.question):
+                raise CorpusError(f"{where}: the question must be text (blank)")
             _check_unicode(q.question, where)
             for name, text in (("id", q.id), ("title", q.title)):
                 _check_unicode(text, f"{where}: {name!r}")
@@ -159,6 +164,8 @@ def read_questions(path: str | Path) -> QuestionFile:
                 _check_unicode(q.context, f"{where}: 'context'")
                 context = q.context
             for i, answer in enumerate(q.answers):
+                if not has_text(answer):
+                    raise CorpusError(f"{where}: answer {i + 1} is blank; write it or leave it out")
                 _check_unicode(answer, f"{where}: answer {i + 1}")
         return QuestionFile(path, fmt, questions, [0] * len(questions), [True] * len(questions), data)
     if fmt == "text":
@@ -175,18 +182,25 @@ def _checked(path: Path, fmt: QuestionFormat, rows: Iterable[tuple[int, _Record]
     """The questions of an open-domain file's records, each with its id (``line-N`` where it has none); CorpusError
     at an id used twice."""
     questions, lines, has_answers = [], [], []
-    seen: dict[str, int] = {}
+    seen: dict[str, str] = {}
     for n, rec in rows:
         qid = rec.id if rec.id is not None else f"line-{n}"
-        if qid in seen:
-            raise CorpusError(f"{path}:{n}: question id {qid!r} is also the id of line {seen[qid]}; give each question "
-                              "its own id")
-        seen[qid] = n
+        _check_new_id(seen, qid, f"line {n}", f"{path}:{n}")
         questions.append(Question(id=qid, question=rec.question, answers=rec.answers, answer_starts=(),
                                   title=rec.title, context="", doc_index=-1, para_index=-1, doc_id=rec.doc_id))
         lines.append(n)
         has_answers.append(bool(rec.answers))
     return QuestionFile(path, fmt, questions, lines, has_answers)
+
+
+def _check_new_id(seen: dict[str, str], qid: str, place: str, where: str) -> None:
+    """Record that question ``qid`` is ``place`` (``line 3``, ``a question of data[0].paragraphs[2]``); CorpusError
+    starting with ``where`` when an earlier question (in ``seen``) has the id: search prints, and eval reports, each
+    question by its id, and a comparison of two runs pairs questions by it."""
+    if qid in seen:
+        raise CorpusError(f"{where}: question id {qid!r} is also the id of {seen[qid]}; give each question its "
+                          "own id")
+    seen[qid] = place
 
 
 @dataclass(frozen=True)

@@ -111,9 +111,12 @@ def test_a_squad_file_on_one_line_and_an_unknown_suffix_are_sniffed(tmp_path):
 
 
 def _squad(question: str = "is it old?", qid: str = "a", title: str = "t", context: str = "Rome is old.",
-           answer: str = "old") -> str:
+           answer: str = "old", ids: tuple[str, ...] = ()) -> str:
+    """A SQuAD file of one question, then a paragraph with a question for each of ``ids``."""
     qa = {"id": qid, "question": question, "answers": [{"text": answer, "answer_start": 8}]}
-    return json.dumps({"data": [{"title": title, "paragraphs": [{"context": context, "qas": [qa]}]}]})
+    more = [{"context": "Oslo is cold.", "qas": [{"id": i, "question": "is it cold?", "answers": [{"text": "cold"}]}
+                                                for i in ids]}] if ids else []
+    return json.dumps({"data": [{"title": title, "paragraphs": [{"context": context, "qas": [qa]}, *more]}]})
 
 
 @pytest.mark.parametrize(("name", "text", "said"), [
@@ -167,6 +170,13 @@ def _squad(question: str = "is it old?", qid: str = "a", title: str = "t", conte
     ("q.json", _squad(title="R\udc80me"), r"q\.json: question 'a': 'title': character 2 \('\\udc80'\)"),
     ("q.json", _squad(context="Rome \ud800 is old."), r"q\.json: question 'a': 'context': character 6"),
     ("q.json", _squad(answer="o\udfffld"), r"q\.json: question 'a': answer 1: character 2 \('\\udfff'\)"),
+    # a SQuAD file's question ids, blank questions and blank answers, refused as in the other formats: eval scored
+    # two questions of one id (each printed and paired by it) and a blank question, and took "" for an answer that
+    # any prediction normalising to nothing ("the") matched
+    ("q.json", _squad(ids=("b", "a")), r"q\.json: data\[0\]\.paragraphs\[1\]: question id 'a' is also the id of a "
+     r"question of data\[0\]\.paragraphs\[0\]; give each question its own id"),
+    ("q.json", _squad(question=" \u200b "), r"q\.json: question 'a': the question must be text \(blank\)"),
+    ("q.json", _squad(answer=" "), r"q\.json: question 'a': answer 1 is blank; write it or leave it out"),
 ])
 def test_a_fault_is_named_with_its_file_line_and_column(tmp_path, name, text, said):
     path = tmp_path / name
