@@ -1,7 +1,7 @@
 """Open-domain and reading-comprehension evaluation of a Searcher on questions with answers (``core.questions``).
 
 Writes the metrics dict that ``spanseek eval`` saves (percentages rounded to 0.1):
-``{"n_questions", "mode", "phrase": {"em@1", "f1@1", "em@10", "merged_em@1"}, "passage": {"acc@1", "acc@5", "acc@20", "mrr@20", "p@20"},
+``{"n_questions", "mode", "read", "phrase": {"em@1", "f1@1", "em@10", "merged_em@1"}, "passage": {"acc@1", "acc@5", "acc@20", "mrr@20", "p@20"},
 "doc": {"acc@1", "acc@5"}, "rc": {"em", "f1"} (reading comprehension only), "ci95", "seconds", "questions_per_second"}``
 (``doc`` only when questions name their document: a SQuAD article's title, or an open-domain file's title or doc_id;
 over those questions only, with their count in ``doc.questions`` when others name none),

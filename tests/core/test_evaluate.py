@@ -83,6 +83,25 @@ def test_metrics_dict_by_hand():
     assert ci["phrase.em@1"][0] <= 50.0 <= ci["phrase.em@1"][1] and ci["rc.em"][0] <= 50.0 <= ci["rc.em"][1]
 
 
+def test_every_key_of_the_metrics_is_documented():
+    """A user reads the metrics JSON through docs/questions.md: it left out n_questions, mode, read, model, reader,
+    seconds and questions_per_second."""
+    from pathlib import Path
+
+    docs = (Path(__file__).parents[2] / "docs" / "questions.md").read_text(encoding="utf-8")
+    searcher = ScriptedSearcher()
+    searcher.index.docs = [{"title": "elsewhere"}, {"title": "USA"}]  # articles_not_in_index
+    anonymous = Question("q3", QUESTIONS[0].question, ("Paris",), (), "", "", -1, -1)  # doc.questions
+    runs = (evaluate(ScriptedSearcher(), QUESTIONS, reading_comprehension=True, progress=False),
+            evaluate(searcher, [*QUESTIONS, anonymous], progress=False, unanswerable_skipped=1))
+    keys = {"model", "reader"}  # run_eval's
+    for m in runs:
+        keys |= {f"{k}.{sub}" if isinstance(v, dict) and k != "ci95" else k for k, v in m.items()
+                 for sub in (v if isinstance(v, dict) and k != "ci95" else [""])}
+    assert {"unanswerable_skipped", "doc.articles_not_in_index", "doc.questions"} <= keys
+    assert [k for k in sorted(keys) if f"`{k}`" not in docs and f"`{k.rsplit('@', 1)[0]}@" not in docs] == []
+
+
 def test_confidence_intervals_resample_articles_when_there_are_enough():
     qs = [Question(f"q{i}", "q", ("a",), (0,), f"article-{i % 6}", "c", i % 6, 0) for i in range(60)]
     ci = confidence_intervals(qs, {"x": [float(i % 6 < 3) for i in range(60)]})  # 3 articles right, 3 wrong
