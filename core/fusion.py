@@ -34,7 +34,7 @@ from spanseek.core.params import (
     unused_fusion,
 )
 from spanseek.core.plan import Plan
-from spanseek.core.postings import Postings
+from spanseek.core.postings import Postings, scores_of
 from spanseek.core.rerank import RERANK_DEPTH, rerank_features, rerank_scores
 from spanseek.core.selection import runs_of, unit_runs
 from spanseek.core.spans import Spans, by_group_then_score, numpy_blas
@@ -163,9 +163,13 @@ class LexicalFusion:
 
     def unit_scores(self, lexical: Postings, b: int, unit: str, units: np.ndarray) -> np.ndarray:
         """float32 BM25 score of each of ``units`` (each holding a passage) for question ``b`` of ``lexical``: its
-        best passage's, looked up (0 where none matches)."""
+        best passage's, looked up (0 where none matches): among the units the question matches where its postings
+        were added up whole (``Postings.every_unit``, found with its top), else in each unit's passages."""
         if unit == "passage":
             return lexical.at(b, units)
+        every = lexical.every_unit(self.unit_of_passage[unit])[b]
+        if every is not None:
+            return scores_of(every[0], every[1], units)
         order, bounds, run_unit = self.unit_runs(unit)
         run = np.searchsorted(run_unit, units)
         lengths = bounds[run + 1] - bounds[run]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -308,6 +308,9 @@ class Postings:
     n_passages: int
     eager: Matches
     few: np.ndarray
+    # ``every_unit``'s, per unit map: (that map, its units), made at the first read
+    _every: dict[int, tuple[np.ndarray | None, list[Found | None]]] = field(
+        default_factory=dict, init=False, compare=False, repr=False)
 
     @classmethod
     def of_lists(cls, lists: list[list[TermList]], bounds: list[np.ndarray], n_passages: int,
@@ -356,14 +359,28 @@ class Postings:
         """Per question, its top ``n`` units (``unit_of_passage``: each passage's; None: passages) that match: the
         units, their scores (their best passage's) and best passages (the lowest-numbered with that score), best
         first, ties by best passage, at the cut too; as ``top_found(matched_units(self.matches()))`` gives them."""
+        whole = [(b, found) for b, found in enumerate(self.every_unit(unit_of_passage)) if found is not None]
         out: list[Found | None] = [None] * len(self)
-        few = np.flatnonzero(self.few).tolist()
-        eager = self.eager if len(few) == len(self) else self.eager.of_questions(few)
-        for b, found in zip(few, top_found(matched_units(eager, unit_of_passage), n), strict=True):
-            out[b] = found
+        for (b, _), top in zip(whole, top_found([found for _, found in whole], n), strict=True):
+            out[b] = top
         for b in np.flatnonzero(~self.few).tolist():
             out[b] = pruned_top(self.lists[b], self.bounds[b], n, self.n_passages, unit_of_passage)
         return out  # type: ignore[return-value]
+
+    def every_unit(self, unit_of_passage: np.ndarray | None = None) -> list[Found | None]:
+        """Per question with few postings, every unit it matches (``matched_units`` of its matches: ascending, their
+        scores and best passages), found for those questions together; None for a pruned question. Made once a unit
+        map (``unit_of_passage``, the same array): ``top_units`` ranks these, and a unit's score is looked up in them
+        (``core.fusion.LexicalFusion.unit_scores``) rather than in its passages'."""
+        made = self._every.get(id(unit_of_passage))
+        if made is None or made[0] is not unit_of_passage:
+            few = np.flatnonzero(self.few).tolist()
+            eager = self.eager if len(few) == len(self) else self.eager.of_questions(few)
+            every: list[Found | None] = [None] * len(self)
+            for b, found in zip(few, matched_units(eager, unit_of_passage), strict=True):
+                every[b] = found
+            made = self._every[id(unit_of_passage)] = (unit_of_passage, every)
+        return made[1]
 
     def top(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(B, min(k, P)) ids of the best passages per question, best first, ties by id, and their scores; -1 / 0

@@ -141,3 +141,33 @@ def test_a_common_terms_postings_are_looked_up_not_read_through(monkeypatch):
     assert scored == [5] and max(looked_up) <= 5  # the rare term's passages alone, the common term looked up there
     assert as_lists(got) == as_lists(top_found(matched_units(postings.matches()), 5))
     assert got[0][2].tolist() == [7, 4007, 8007, 12007, 16007]
+
+
+def test_fusion_reads_a_whole_questions_candidates_from_its_matched_documents(monkeypatch):
+    """A question whose postings are added up whole (the demo index's, every one) has every document it matches
+    found with its top (once a batch, ``Postings.every_unit``): fusion reads a candidate document's BM25 score there,
+    as it did before pruning, and looks up none of its passages' (a lookup of each document's passages cost a search
+    of the demo index's documents 2 ms more a batch of 64); the scores are the (B, P) array's, filtered or not."""
+    passages, questions, doc_of = heavy_corpus(5)
+    lexical = LexicalIndex.of_terms(passages)
+    fusion = LexicalFusion(lexical, None, None, {"passage": np.arange(len(passages)), "doc": doc_of},  # type: ignore
+                           None)
+    allowed = np.random.default_rng(5).random(len(passages)) < 0.4
+    every = lexical.matches(["?"] * len(questions), questions).dense()
+    wanted = np.random.default_rng(5).permutation(int(doc_of.max()) + 1)[:25]
+    looked_up, found = [], []
+    at, best_of_units = Postings.at, postings_module.best_of_units
+    monkeypatch.setattr(Postings, "at", lambda self, b, p: looked_up.append(len(p)) or at(self, b, p))
+    monkeypatch.setattr(postings_module, "best_of_units", lambda *a: found.append(1) or best_of_units(*a))
+    for postings, dense in ((lexical.postings(["?"] * len(questions), questions), every),
+                            (lexical.postings(["?"] * len(questions), questions).within(allowed),
+                             dense_within(every, allowed))):
+        assert postings.few.all()
+        found.clear()
+        top = postings.top_units(5, doc_of)
+        docs = dense_unit_scores(dense, doc_of, int(doc_of.max()) + 1)
+        for b in range(len(questions)):
+            assert fusion.unit_scores(postings, b, "doc", wanted).tolist() == docs[b][wanted].tolist()
+            if len(top[b][0]):  # (fusion's candidates are never none)
+                assert fusion.unit_scores(postings, b, "doc", top[b][0]).tolist() == top[b][1].tolist()
+        assert looked_up == [] and found == [1]  # (the batch's documents found once, for its top and fusion)
