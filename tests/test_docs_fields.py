@@ -205,6 +205,53 @@ def test_each_setting_of_the_env_file_says_what_its_help_says():
     assert stale == {}
 
 
+def env_file_drift(text: str, passed: set[str], monkeypatch: pytest.MonkeyPatch, index: Path) -> list[str]:
+    """What is untrue of an env file that says "each line is the setting's default" and lists every setting the
+    compose file does not pass (``passed``): a line whose value, read as the service reads it, is not its setting's
+    default, a line of no setting, and a setting missing (host and port: the image sets them)."""
+    from spanseek.service.settings import Settings
+
+    values = {m[1]: m[2] for m in re.finditer(r"^#\s*(SPANSEEK_\w+)=(.*)$", text, re.MULTILINE)}
+    names = {var: var.removeprefix("SPANSEEK_").lower() for var in values}
+    drift = [f"{var}: no such setting" for var, name in names.items() if name not in Settings.model_fields]
+    drift += [f"SPANSEEK_{name.upper()}: not listed" for name in Settings.model_fields
+              if name not in {*names.values(), *passed, "host", "port", "index"}]
+    for var, name in names.items():
+        if name in Settings.model_fields:
+            with monkeypatch.context() as m:
+                m.setenv(var, values[var])
+                got = getattr(Settings(index=index), name)
+            if got != Settings.model_fields[name].default:
+                drift.append(f"{var}={values[var]}: reads as {got!r}, the default is "
+                             f"{Settings.model_fields[name].default!r}")
+    return drift
+
+
+def test_each_line_of_the_env_file_is_its_settings_default_and_no_setting_is_missing(tmp_path, monkeypatch):
+    """deploy/spanseek.env says each of its lines is the setting's default and that it lists every setting the compose
+    file does not pass itself; only the comments were checked, so a changed default or a new setting could be left
+    out of it unseen."""
+    passed = set()
+    for name in ("docker-compose.yml", "docker-compose.gpu.yml"):
+        text = (ROOT / "deploy" / name).read_text(encoding="utf-8")
+        passed |= {var.lower() for var in re.findall(r"^\s+SPANSEEK_(\w+):", text, re.MULTILINE)}
+    assert {"max_batch_size", "writes", "runtime"} <= passed
+    text = (ROOT / "deploy/spanseek.env").read_text(encoding="utf-8")
+    assert "each line is the setting's default" in " ".join(text.split())
+    assert env_file_drift(text, passed, monkeypatch, tmp_path) == []
+
+
+def test_an_env_file_line_that_is_not_the_default_or_a_setting_left_out_is_caught(tmp_path, monkeypatch):
+    from spanseek.service.settings import Settings
+
+    passed = set(Settings.model_fields) - {"default_top_k", "max_top_k", "warmup"}
+    text = "# SPANSEEK_DEFAULT_TOP_K=10\n# SPANSEEK_MAX_TOP_K=50\n# SPANSEEK_WARMUP=true\n# SPANSEEK_TOP_KAY=3\n"
+    assert env_file_drift(text, passed, monkeypatch, tmp_path) == [
+        "SPANSEEK_TOP_KAY: no such setting", "SPANSEEK_MAX_TOP_K=50: reads as 50, the default is 100"]
+    assert env_file_drift(text.replace("# SPANSEEK_WARMUP=true\n", ""), passed, monkeypatch, tmp_path)[1] == (
+        "SPANSEEK_WARMUP: not listed")
+
+
 def test_an_env_file_comment_is_read_as_its_lines_joined():
     text = ("# Header of the file\n\n# top_k: hits per\n#   query (400 above)\n# SPANSEEK_TOP_K=10\n\n"
             "# SPANSEEK_BARE=\n")
