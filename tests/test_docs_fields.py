@@ -378,3 +378,28 @@ def test_a_deploy_row_of_several_variables_gives_each_its_default():
                                            "EE": "empty", "FF": "empty"}
     assert compose_variables("a: ${A_B:-64}\nb: ${CC:-}\nc: ${PASSWORD:?set it}\n") == {"A_B": "64", "CC": "",
                                                                                           "PASSWORD": None}
+
+
+def test_the_fields_docs_service_says_a_cursor_may_come_with_are_those_a_search_request_takes_beside_it():
+    """docs/service.md's paging section said any field beside a cursor is a 422, while a page takes ``top_k``, its
+    size; each field a request may give beside a cursor is named there, and no other."""
+    from pydantic import ValidationError
+
+    from spanseek.service.schemas import SearchRequest
+
+    text = " ".join((ROOT / "docs/service.md").read_text(encoding="utf-8").split("## Paging with a cursor")[1].split())
+    said = re.search(r"A cursor may come with ([^;]*); [^.]* so any other field beside it \(`offset` too\) is a 422", text)
+    assert said, "docs/service.md no longer says which fields a cursor may come with"
+    cursor = "A" * 22 + ".0"
+    taken = set()
+    for name, field in SearchRequest.model_fields.items():
+        if name == "cursor":
+            continue
+        example = field.default if field.default not in (None, False) else {"query": "q", "queries": ["q"]}.get(name, 1)
+        try:
+            SearchRequest.model_validate({"cursor": cursor, name: example})
+        except ValidationError:
+            continue
+        taken.add(name)
+    assert "top_k" in taken and "offset" not in taken
+    assert set(re.findall(r"`([a-z_]+)`", said.group(1).split("(")[0])) == taken
