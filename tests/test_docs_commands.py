@@ -556,3 +556,23 @@ def test_every_make_target_the_pages_name_has_a_rule():
     named = {m.group(1) for doc in ALL_PAGES for m in re.finditer(r"`make ([a-z][\w-]*)", (ROOT / doc).read_text())}
     named |= {cmd.argv[1] for doc in ALL_PAGES for cmd in doc_commands(doc) if cmd.argv[:1] == ("make",)}
     assert named and named - rules == set()
+
+
+# the modules that stop their command on SIGTERM as on Ctrl-C (exit status 130) -> the words the README names it by
+STOPPING_MODULES = {"indexer/build.py": ["a build"], "indexer/add.py": ["an add", "upsert"],
+                    "indexer/lifecycle.py": ["delete", "compact"], "spanseek/sync.py": ["a `sync`"],
+                    "trainer/stopping.py": ["a training run"]}
+
+
+def test_the_readme_names_every_command_that_sigterm_stops_with_status_130():
+    """The README's exit statuses listed the commands a SIGTERM stops with status 130 and left out ``index delete`` and
+    ``sync``, which take it as the others do."""
+    taking = {str(path.relative_to(ROOT)) for package in ("core", "indexer", "service", "spanseek", "trainer")
+              for path in (ROOT / package).rglob("*.py") if path.name != "interrupt.py"
+              and re.search(r"\b(stopped_cleanly|taking_stops)\(", path.read_text(encoding="utf-8"))}
+    assert taking == set(STOPPING_MODULES), "a module takes SIGTERM: name its command here and in the README"
+    said = re.search(r"130 when Ctrl-C stopped it, or SIGTERM stopped ([^(]*)\(",
+                     " ".join((ROOT / "README.md").read_text(encoding="utf-8").split()))
+    assert said, "README.md no longer lists the commands a SIGTERM stops with status 130"
+    assert [name for names in STOPPING_MODULES.values() for name in names
+            if not re.search(rf"(^|, | or ){re.escape(name)}(,| or |\s*$)", said.group(1))] == []
