@@ -12,8 +12,8 @@ average``) and ends by reading ``val_questions`` held-out questions from their g
 With ``--teacher`` (a stronger reader, or a complete teacher cache of one: ``bench/gpu/teacher_cache.py fill --for
 reader``) each step adds ``lambda_kl`` times the KL divergence of the start and end distributions over the window's
 passage tokens from the teacher's (trainer.distill, the teacher's logits read once into a cache), or with
-``--kl-level spans`` of the distribution over the window's spans of at most ``max_answer_tokens`` tokens
-(``reader_kl``).
+``--kl-level spans`` of the distribution over the window's spans that reading decodes: whole words, of at most
+``max_answer_tokens`` tokens (``reader_kl``).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from spanseek.core.reader import (
     reading_comprehension,
     resolve_reader,
 )
+from spanseek.core.text import FLAG_END, FLAG_START
 from spanseek.trainer.arguments import ReaderTrainConfig
 from spanseek.trainer.checkpoints import (
     STATE,
@@ -144,14 +145,17 @@ def length_batches(lengths: np.ndarray, size: int, seed: int) -> list[np.ndarray
 
 
 def reader_kl(start: torch.Tensor, end: torch.Tensor, teacher: tuple[torch.Tensor, torch.Tensor],
-              valid: torch.Tensor, cfg: ReaderTrainConfig, max_answer_tokens: int) -> torch.Tensor:
+              valid: torch.Tensor, flags: torch.Tensor, cfg: ReaderTrainConfig,
+              max_answer_tokens: int) -> torch.Tensor:
     """The distillation term of a batch of windows: the student's (B, T) start and end logits against the teacher's
     (NEG_INF where it read no passage token), over the window's tokens (``valid``, (B, T)). ``kl_level`` tokens: the
-    mean KL of the start and of the end distributions; spans: the KL of the distribution over the spans of at most
-    ``max_answer_tokens`` tokens, the one reading decodes an answer from (``trainer.losses.span_kl``)."""
+    mean KL of the start and of the end distributions; spans: the KL of the distribution over the spans reading
+    decodes an answer from (``PassageReader.read``): whole words (``flags``, the windows' (B, T) ``Windows.flags``:
+    from a word's first token to a word's last) of at most ``max_answer_tokens`` tokens (``trainer.losses.span_kl``)."""
     t_start, t_end = teacher
     if cfg.kl_level == "spans":
-        return span_kl(start, end, teacher, valid, valid, max_answer_tokens, cfg.kl_temperature)
+        return span_kl(start, end, teacher, valid & (flags & FLAG_START > 0), valid & (flags & FLAG_END > 0),
+                       max_answer_tokens, cfg.kl_temperature)
     valid = valid & (t_start > NEG_INF / 2)
     return (masked_kl(start, t_start, valid, cfg.kl_temperature) + masked_kl(end, t_end, valid, cfg.kl_temperature)) / 2
 
@@ -273,7 +277,8 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
             if teacher is not None:
                 t_start, t_end = (t.to(device) for t in reader_teacher_tensors(
                     [taught[w] for w in batch], [windows.offsets[w] for w in batch], teacher, ids.shape[1]))
-                loss = loss + cfg.lambda_kl * reader_kl(start, end, (t_start, t_end), mask > 0, cfg,
+                flags = pad_batch([windows.flags[w] for w in batch], 0).to(device)
+                loss = loss + cfg.lambda_kl * reader_kl(start, end, (t_start, t_end), mask > 0, flags, cfg,
                                                         reader_config.max_answer_tokens)
             opt.zero_grad(set_to_none=True)
             loss.backward()

@@ -354,10 +354,12 @@ def test_a_reader_distils_from_a_teacher_or_its_cache(tiny_squad, tiny_backbone,
 
 
 def test_the_reader_distils_the_span_distribution_with_kl_level_spans():
-    """``--kl-level spans``: the KL of the teacher's distribution over each window's spans (i <= j < i + L, both
-    tokens in the window and read by the teacher, scored start[i] + end[j]) from the student's, by brute force; it
-    was accepted and the start and end distributions were distilled apart."""
+    """``--kl-level spans``: the KL of the teacher's distribution over each window's spans that reading decodes
+    (i <= j < i + L, i a word's first token and j a word's last, both in the window and read by the teacher, scored
+    start[i] + end[j]) from the student's, by brute force; it was accepted and the start and end distributions were
+    distilled apart, and then it distilled spans that start or end inside a word, which reading never decodes."""
     from spanseek.core.reader import MISSING_LOGIT
+    from spanseek.core.text import FLAG_END, FLAG_START
     from spanseek.trainer.reader import reader_kl
 
     g = torch.Generator().manual_seed(3)
@@ -368,21 +370,26 @@ def test_the_reader_distils_the_span_distribution_with_kl_level_spans():
     t_end[1, 7:] = MISSING_LOGIT
     valid = torch.ones(B, T, dtype=torch.bool)
     valid[2, 8:] = False  # padding
+    flags = torch.full((B, T), FLAG_START | FLAG_END)  # words of one token, but for:
+    flags[:, 4], flags[:, 5], flags[:, 6] = FLAG_START, 0, FLAG_END  # a word of three pieces (tokens 4-6)
+    flags[0, 8], flags[0, 9] = FLAG_START, FLAG_END  # and one of two
+    flags[2, 8:] = 0  # (padding is no word)
     for tau in (1.0, 2.0):
         kls = []
         for r in range(B):
             spans = [(i, j) for i in range(T) for j in range(i, min(T, i + L)) if valid[r, i] and valid[r, j]
+                     and flags[r, i] & FLAG_START and flags[r, j] & FLAG_END
                      and t_start[r, i] > MISSING_LOGIT / 2 and t_end[r, j] > MISSING_LOGIT / 2]
             s = np.array([float(start[r, i] + end[r, j]) for i, j in spans]) / tau
             u = np.array([float(t_start[r, i] + t_end[r, j]) for i, j in spans]) / tau
             ps, pt = np.exp(s - s.max()) / np.exp(s - s.max()).sum(), np.exp(u - u.max()) / np.exp(u - u.max()).sum()
             kls.append(float((pt * np.log(pt / ps)).sum()))
         cfg = ReaderTrainConfig(train="t", out="o", teacher="x", lambda_kl=1.0, kl_level="spans", kl_temperature=tau)
-        got = reader_kl(start, end, (t_start, t_end), valid, cfg, L)
+        got = reader_kl(start, end, (t_start, t_end), valid, flags, cfg, L)
         assert got.item() == pytest.approx(np.mean(kls) * tau**2, rel=1e-4)
-        tokens = reader_kl(start, end, (t_start, t_end), valid, dataclasses.replace(cfg, kl_level="tokens"), L)
+        tokens = reader_kl(start, end, (t_start, t_end), valid, flags, dataclasses.replace(cfg, kl_level="tokens"), L)
         assert tokens.item() != pytest.approx(got.item(), rel=1e-3)
-    assert reader_kl(t_start, t_end, (t_start, t_end), valid, cfg, L).item() == pytest.approx(0, abs=1e-5)
+    assert reader_kl(t_start, t_end, (t_start, t_end), valid, flags, cfg, L).item() == pytest.approx(0, abs=1e-5)
 
 
 def test_a_reader_run_with_kl_level_spans_trains_on_the_span_term(tiny_squad, tiny_backbone, tiny_reader, tmp_path,
