@@ -267,7 +267,10 @@ def fill_faiss(out: Path, dim: int, opts: BuildOptions, kept: str | None = None)
     if on_disk:
         check_on_disk(spec)
     if (problem := codes_problem(spec, opts)) is not None:  # (auto's pick; a build refused a given factory's at its start)
-        raise FactoryError(f"{problem} ({kept})")
+        if opts.factory != AUTO or opts.vector_source == "codes":
+            raise FactoryError(f"{problem} ({kept})")
+        log.warning("--factory auto picked %r for %d tokens: it has no codes, so --keep-codes writes no codes.npy",
+                    factory, len(ids))
     contiguous = len(ids) == len(vectors)
     gpu = use_gpu(opts.gpu)
     n_train = training_size(spec, len(ids), opts.max_train)
@@ -338,12 +341,18 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path,
 
 
 def codes_problem(spec: FactorySpec, opts: BuildOptions) -> str | None:
-    """What is wrong with ``--vector-source codes`` for ``spec``: the neighbour vectors are then decoded from the codes
-    store, which only a compressed factory has; None when it fits (or the source is the fine store)."""
-    if opts.vector_source != "codes" or spec.has_codes:
+    """What is wrong with ``--vector-source codes`` or ``--keep-codes`` for ``spec``: both are about the codes store
+    (``codes.npy``), which only a compressed factory has (a Flat index keeps the vectors themselves); None when it
+    fits (or neither is asked for)."""
+    if spec.has_codes:
         return None
-    return (f"--vector-source codes decodes neighbour vectors from the codes of a compressed index; {spec.factory!r} "
-            "has none (use a compressed --factory, or --vector-source fine)")
+    if opts.vector_source == "codes":
+        return (f"--vector-source codes decodes neighbour vectors from the codes of a compressed index; "
+                f"{spec.factory!r} has none (use a compressed --factory, or --vector-source fine)")
+    if opts.keep_codes:
+        return (f"--keep-codes keeps the codes of a compressed index (codes.npy); {spec.factory!r} stores the vectors "
+                "themselves and has none (use a compressed --factory, or leave out --keep-codes)")
+    return None
 
 
 def check_ray(opts: BuildOptions) -> None:

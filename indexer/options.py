@@ -54,7 +54,7 @@ class BuildOptions(EncodeOptions):
     store: str | None = option(None, "fine store precision: fp16 / sq8 / sq4 = 768 / 384 / 192 B per token at d 384, "
                                "pq192 / pq128 / pq96 = that many B, pca192 (default: by corpus size with --factory auto, else fp16)")
     keep_codes: bool | None = option(None, "also keep codes.npy, the compressed codes in token order (default: only "
-                                     "with --vector-source codes)")
+                                     "with --vector-source codes; a Flat index has no codes)")
     on_disk: bool = option(False, "IVF inverted lists in index.ivfdata, memory-mapped, merged from blocks (RAM "
                            "bounded by the training sample and one block); with --factory auto, a corpus too small "
                            "for IVF is a Flat index in RAM")

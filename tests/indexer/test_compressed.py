@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -173,6 +174,30 @@ def test_codes_source_without_codes_is_refused_before_encoding(tmp_path, tiny_co
     assert not (tmp_path / "i").exists()
     with pytest.raises(ValueError, match="keep_codes off leaves out the codes store"):
         BuildOptions(factory=IVF_FACTORY, vector_source="codes", keep_codes=False)
+
+
+def test_keep_codes_without_codes_is_refused_or_explained(tmp_path, tiny_corpus, tiny_model_dir, monkeypatch, caplog,
+                                                         capsys):
+    """--keep-codes with a factory that has no codes (Flat) is refused before any encoding, on the command line in
+    one line (it built the index and wrote no codes.npy, without a word); with --factory auto, which picks Flat for
+    a small corpus, the build goes on and says that no codes.npy is written."""
+    from spanseek.cli import main
+
+    with monkeypatch.context() as m:
+        m.setattr(build_mod, "encode_corpus", lambda *a, **k: pytest.fail("encoded before validating"))
+        with pytest.raises(FactoryError, match=r"--keep-codes keeps the codes of a compressed index \(codes.npy\); "
+                                               r"'Flat' stores the vectors themselves and has none"):
+            build_index(tiny_corpus, tiny_model_dir, tmp_path / "i", BuildOptions(keep_codes=True, progress=False))
+        assert main(["index", "build", "--corpus", str(tiny_corpus), "--model", str(tiny_model_dir), "--out",
+                     str(tmp_path / "i"), "--keep-codes", "--quiet", "--device", "cpu"]) == 2
+        err = capsys.readouterr().err
+        assert "--keep-codes keeps the codes" in err and len(err.strip().splitlines()) == 1
+        assert not (tmp_path / "i").exists()
+    caplog.set_level(logging.WARNING, logger="spanseek.indexer.build")
+    manifest = build_index(tiny_corpus, tiny_model_dir, tmp_path / "auto",
+                           BuildOptions(factory="auto", keep_codes=True, progress=False, recall_sample=0))
+    assert manifest.factory == "Flat" and not (tmp_path / "auto" / "codes.npy").exists()
+    assert "--factory auto picked 'Flat'" in caplog.text and "--keep-codes writes no codes.npy" in caplog.text
 
 
 def test_nprobe_beyond_what_auto_picked_is_fitted_to_it(tmp_path, ivf_index, caplog, monkeypatch):
