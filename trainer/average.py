@@ -19,6 +19,7 @@ Training then uses the new directions from the first step.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -95,17 +96,16 @@ def average_checkpoints(
     if not all(math.isfinite(w) and w >= 0 for w in weights) or sum(weights) <= 0:
         raise ModelError(f"--weights must be non-negative with a positive sum, got {weights}")
     weights = [w / sum(weights) for w in weights]
-    if all((Path(r) / READER_CONFIG_NAME).is_file() for r in refs):
+    readers = [(Path(r) / READER_CONFIG_NAME).is_file() for r in refs]
+    if all(readers):
         return average_readers(refs, out, weights)
+    if any(readers):
+        raise ModelError(f"{refs[readers.index(True)]}: a reader, and {refs[readers.index(False)]} is a phrase model; "
+                         "readers are averaged with readers and phrase models with phrase models")
     paths = [resolve_model(r) for r in refs]
     check_model_out(out, *paths)  # before reading any weights
     configs = [EncoderConfig.load(p / CONFIG_NAME) for p in paths]
-    for ref, cfg in zip(refs[1:], configs[1:], strict=True):
-        if cfg.to_dict() != configs[0].to_dict():
-            theirs, ours = cfg.to_dict(), configs[0].to_dict()
-            fields = sorted(k for k in ours if ours[k] != theirs.get(k))
-            raise ModelError(f"{ref}: its config differs from {refs[0]}'s in {fields}; only checkpoints of one "
-                             "model config can be averaged")
+    check_same_config(refs, configs, "model")
     states = []
     for p in paths:
         if not (p / WEIGHTS_NAME).is_file():
@@ -122,16 +122,33 @@ def average_checkpoints(
     return AverageReport(out=str(out), checkpoints=[str(p) for p in paths], weights=weights, truncation=truncation)
 
 
+def _flat(config: dict, prefix: str = "") -> dict[str, object]:
+    """A config's fields as dotted names (``lora.r``) to values, nested dictionaries flattened."""
+    flat: dict[str, object] = {}
+    for key, value in config.items():
+        flat |= _flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value}
+    return flat
+
+
+def check_same_config(refs: list[str], configs: list, kind: str) -> None:
+    """Refuse checkpoints whose configs (dataclasses) differ, naming the pair and each field's two values."""
+    ours = _flat(dataclasses.asdict(configs[0]))
+    for ref, cfg in zip(refs[1:], configs[1:], strict=True):
+        theirs = _flat(dataclasses.asdict(cfg))
+        fields = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
+        if fields:
+            diff = "; ".join(f"{k}: {ours.get(k)} in {refs[0]}, {theirs.get(k)} in {ref}" for k in fields)
+            raise ModelError(f"{ref}: its {kind} config differs from {refs[0]}'s ({diff}); only checkpoints of one "
+                             f"{kind} config can be averaged")
+
+
 def average_readers(refs: list[str], out: str | Path, weights: list[float]) -> AverageReport:
     """The readers ``refs`` (reader directories of one config) averaged weight by weight (``weights``: summing to 1)
     into the reader directory ``out`` (fp16, as every reader is stored)."""
     paths = [resolve_reader(r) for r in refs]
     check_model_out(out, *paths, config_name=READER_CONFIG_NAME)
     configs = [ReaderConfig.load(p / READER_CONFIG_NAME) for p in paths]
-    for ref, cfg in zip(refs[1:], configs[1:], strict=True):
-        if cfg != configs[0]:
-            raise ModelError(f"{ref}: its reader config differs from {refs[0]}'s; only readers of one config can be "
-                             "averaged")
+    check_same_config(refs, configs, "reader")
     states = [read_weights(p / READER_WEIGHTS_NAME) for p in paths]
     avg, _ = average_state([{n: t.float() for n, t in s.items()} for s in states], weights, None)
     model = ReaderModel(configs[0])

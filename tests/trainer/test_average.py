@@ -167,5 +167,21 @@ def test_readers_average_weight_by_weight_into_a_reader(tmp_path, tiny_backbone)
         assert torch.equal(avg[name], want), name
     assert load_reader_model(tmp_path / "avg").config == config  # a reader that loads
     other = ReaderModel(dataclasses.replace(config, max_answer_tokens=4)).save(tmp_path / "other")
-    with pytest.raises(ModelError, match="reader config differs"):
+    with pytest.raises(ModelError, match=r"reader config differs .*max_answer_tokens: 8 in .*, 4 in "):
         average_checkpoints([dirs[0], str(other)], tmp_path / "bad")
+
+
+def test_a_reader_among_phrase_models_is_refused_naming_both(tmp_path, tiny_config, tiny_reader):
+    model = _random_lora_model(tiny_config, seed=1).save(tmp_path / "m")
+    for refs in ([str(model), str(tiny_reader)], [str(tiny_reader), str(model)]):
+        with pytest.raises(ModelError, match=f"^{tiny_reader}: a reader.*{model}.* a phrase model"):
+            average_checkpoints(refs, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_config_mismatch_names_both_values(tmp_path, tiny_config):
+    a = _random_lora_model(tiny_config, seed=1).save(tmp_path / "a")
+    narrow = dataclasses.replace(tiny_config, lora=dataclasses.replace(tiny_config.lora, r=4))
+    b = PhraseModel(narrow).save(tmp_path / "b")
+    with pytest.raises(ModelError, match=r"lora\.r: 16 in .*/a, 4 in .*/b"):
+        average_checkpoints([str(a), str(b)], tmp_path / "out")
