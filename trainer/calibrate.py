@@ -144,13 +144,9 @@ def read_calibration_questions(path: str | Path, limit: int | None = None) -> li
     return sample_questions(qf.questions, limit)
 
 
-def collect(
-    index: PhraseIndex, questions: Sequence[Question], q_start: np.ndarray, q_end: np.ndarray,
-    units: Sequence[str] = UNITS, modes: Sequence[str] = MODES, calibrator: Calibrator | None = None,
-    progress: bool = True,
-) -> dict[tuple[str, str, str], list[Ranked]]:
-    """Search every question with its gold document present and absent; per (unit, mode, condition) its ranked
-    hits' features and labels. Questions whose document (``gold_key``) is not in the index are skipped (with a warning)."""
+def questions_by_document(index: PhraseIndex, questions: Sequence[Question]) -> dict[int, list[int]]:
+    """The questions (positions in ``questions``) of each document of ``index`` (a position in ``index.docs``) that
+    is some question's document (``gold_key``: by doc_id where the question has one, else by title)."""
     doc_of = {("title", d["title"]): i for i, d in enumerate(index.docs)}
     if any(q.doc_id is not None for q in questions):
         doc_of.update({("id", str(d["id"])): i for i, d in enumerate(index.docs)})
@@ -158,6 +154,17 @@ def collect(
     for i, q in enumerate(questions):
         if gold_key(q) in doc_of:
             by_doc.setdefault(doc_of[gold_key(q)], []).append(i)
+    return by_doc
+
+
+def collect(
+    index: PhraseIndex, questions: Sequence[Question], q_start: np.ndarray, q_end: np.ndarray,
+    units: Sequence[str] = UNITS, modes: Sequence[str] = MODES, calibrator: Calibrator | None = None,
+    progress: bool = True,
+) -> dict[tuple[str, str, str], list[Ranked]]:
+    """Search every question with its gold document present and absent; per (unit, mode, condition) its ranked
+    hits' features and labels. Questions whose document (``gold_key``) is not in the index are skipped (with a warning)."""
+    by_doc = questions_by_document(index, questions)
     skipped = len(questions) - sum(map(len, by_doc.values()))
     if skipped:
         log.warning("%d questions have a gold document that is not in the index; skipped", skipped)
@@ -399,6 +406,11 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
         if not sample:
             raise CorpusError(f"{questions_path}: no questions to calibrate on")
         searcher = open_searcher(index_dir, model, calibrated=False)  # the file it replaces may be damaged
+        if not questions_by_document(searcher.index, sample):  # named before the questions are encoded
+            kind, name = gold_key(sample[0])
+            raise CorpusError(f"{questions_path}: none of its {len(sample)} questions' documents is in --index "
+                              f"{index_dir} (by {'doc_id' if kind == 'id' else 'title'}: the first names {name!r}); "
+                              "calibrate over an index of the questions' own articles")
         questions = [q for form in forms for q in in_form(sample, form)]  # each form's questions in turn
         q_start, q_end = encode_questions(searcher, questions, cache=cache)
         runs = collect(searcher.index, questions, q_start, q_end, units, modes)
@@ -432,5 +444,5 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
 
 __all__ = ["CONDITIONS", "Ranked", "calibrate", "check_examples_out", "choose_c", "collect", "encode_questions",
            "fit_calibrator", "fit_logistic", "gold_key", "grouped_folds", "hit_weights", "is_correct", "load_meta",
-           "load_runs", "read_calibration_questions", "save_runs", "split_keyword_runs", "with_keyword_models",
-           "without_documents"]
+           "load_runs", "questions_by_document", "read_calibration_questions", "save_runs", "split_keyword_runs",
+           "with_keyword_models", "without_documents"]

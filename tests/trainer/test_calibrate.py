@@ -168,14 +168,16 @@ def test_calibrate_command_writes_a_calibrator_the_searcher_applies(squad_index,
 
 
 def test_calibrate_writes_nothing_it_cannot_fit_and_never_into_a_bundled_model(squad_index, tiny_model_dir, tmp_path,
-                                                                              capsys):
+                                                                              capsys, monkeypatch):
     """Questions none of whose articles the index holds gave an empty calibrator, written over the model's own (the
-    bundled default's, for `--model default`, the installed package's file): now the run stops before writing, and a
-    bundled model is refused without --out before anything is searched."""
+    bundled default's, for `--model default`, the installed package's file): now the run stops before writing, and
+    before encoding a question, naming the questions file, the index and a document it lacks; a bundled model is
+    refused without --out before anything is searched."""
     import shutil
 
     from spanseek.cli import main
     from spanseek.core.model import BUNDLED_MODELS, resolve_model
+    from spanseek.trainer import calibrate
 
     model = tmp_path / "model"
     shutil.copytree(tiny_model_dir, model)
@@ -185,8 +187,12 @@ def test_calibrate_writes_nothing_it_cannot_fit_and_never_into_a_bundled_model(s
         article["title"] = f"Elsewhere {article['title']}"
     other.write_text(json.dumps(data))
     argv = ["train", "calibrate", "--index", str(squad_index / "index"), "--questions", str(other), "--units", "doc"]
+    monkeypatch.setattr(calibrate, "encode_questions", lambda *a, **k: pytest.fail("questions were encoded"))
     assert main([*argv, "--model", str(model)]) == 2
-    assert "no hits to fit on" in capsys.readouterr().err and (model / CALIBRATION_NAME).read_text() == "kept"
+    err = capsys.readouterr().err
+    assert f"{other}: none of its " in err and f"documents is in --index {squad_index / 'index'} (by title: the " \
+        "first names 'Elsewhere " in err and err.count("\n") == 1
+    assert (model / CALIBRATION_NAME).read_text() == "kept"
     bundled = resolve_model("default") / CALIBRATION_NAME
     before = bundled.read_bytes()
     for name in ("default", str(resolve_model("default"))):  # by name or by its directory
