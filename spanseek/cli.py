@@ -317,4 +317,8 @@ def describe_error(e: BaseException) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m spanseek.cli`: run the module the commands import (``spanseek.cli``), not this copy of it as
+    # __main__, whose ``CommandFailed`` is another class than the one `sync` raises (its status was then 2, not 1)
+    from spanseek.cli import main as command
+
+    sys.exit(command())

@@ -813,3 +813,21 @@ def test_sync_exits_1_when_the_server_cannot_be_reached_and_2_for_a_usage_error(
     assert status == 1 and out == "" and err[-1].startswith(f"spanseek sync: error: {url}: "), err
     status, out, err = failure(["sync", str(tmp_path), "--url", url, "--api-key", "key", "--jobs", "0"], capsys)
     assert status == 2 and err[-1].startswith("spanseek sync: error: --jobs"), err
+
+
+def test_python_dash_m_spanseek_cli_gives_sync_s_exit_status(tmp_path, monkeypatch, capsys):
+    """Run as `python -m spanseek.cli`, a sync whose server could not be reached exited 2, not 1: the module ran as
+    __main__, a second copy of it, whose CommandFailed was not the class sync raised."""
+    import runpy
+    import socket
+
+    (tmp_path / "a.txt").write_text("In 1450 Gala built the harbour bridge.\n")
+    with socket.socket() as s:  # a port no server listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    monkeypatch.setattr(sys, "argv", ["spanseek", "sync", str(tmp_path), "--url", url, "--api-key", "key", "--jobs", "1"])
+    with pytest.warns(RuntimeWarning, match="found in sys.modules"), pytest.raises(SystemExit) as stop:
+        runpy.run_module("spanseek.cli", run_name="__main__")  # as `python -m spanseek.cli` runs it
+    err = capsys.readouterr().err
+    assert stop.value.code == 1, err
+    assert err.strip().splitlines()[-1].startswith(f"spanseek sync: error: {url}: "), err
