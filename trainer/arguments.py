@@ -15,13 +15,14 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import ClassVar, Literal
 
 from spanseek.core.backbones import file_not_model
 from spanseek.core.config import EncoderConfig, LoraSettings, QuestionMode, ReaderConfig
 from spanseek.core.holdout import Holdout
 from spanseek.core.options import option
-from spanseek.trainer.unused import check_teacher_weight, refuse_unused
+from spanseek.trainer import unused
+from spanseek.trainer.unused import Unused, check_teacher_weight, refuse_unused
 
 Precision = Literal["auto", "fp32", "bf16"]
 
@@ -226,6 +227,8 @@ class TrainingOptions(JobOptions):
     snapshot_every: int = option(0, "also keep a model copy every N steps in OUT/snapshots (0 = off)")
     val_questions: int = option(1000, "held-out questions evaluated at the end (reading comprehension and open)")
 
+    UNUSED: ClassVar[tuple[Unused, ...]] = unused.TRAINING  # the flags a run may leave unused
+
     def __post_init__(self) -> None:
         super().__post_init__()
         check_schedule(self)
@@ -237,10 +240,7 @@ class TrainingOptions(JobOptions):
               "in [0, 1] (a fraction of the steps)", self.prebatch_warmup)
         check(self.hard_per_batch >= 0, "--hard-per-batch", "an integer >= 0", self.hard_per_batch)
         check_teacher_weight(self.teacher, self.teacher_cache, self.loss)
-        refuse_unused(self, ("loss.lambda_hard", "hard_per_batch"), self.hard_negatives is None,
-                      "it acts on the --hard-negatives, which are not given", "give them")
-        refuse_unused(self, ("prebatch_warmup", "loss.lambda_pre"), self.prebatch == 0,
-                      "--prebatch 0 turns pre-batch negatives off", "give --prebatch N")
+        refuse_unused(self, unused.TRAINING)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -260,15 +260,14 @@ class TrainConfig(TrainingOptions):
     dist: DistInfo = option(factory=DistInfo, cli=False, help="data-parallel rank and world size (set by the CLI "
                             "from torchrun's environment)")
 
+    UNUSED: ClassVar[tuple[Unused, ...]] = unused.PHRASE  # the flags a run may leave unused
+
     def __post_init__(self) -> None:
         super().__post_init__()
         check(self.widen_lora is None or self.widen_lora >= 1, "--widen-lora", "an integer >= 1", self.widen_lora)
         check_model("--init-from", self.init_from)
         check(positive(self.corrector_lr), "--corrector-lr", "a number > 0", self.corrector_lr)
-        refuse_unused(self, ("widen_lora", "stale_cache"), self.init_from is None,
-                      "it acts on the model of --init-from, which is not given", "give --init-from")
-        refuse_unused(self, ("corrector", "corrector_lr"), self.stale_cache is None,
-                      "the corrector corrects the vectors of --stale-cache, which is not given", "give --stale-cache")
+        refuse_unused(self, unused.PHRASE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -309,6 +308,8 @@ class FilterConfig(FrozenModelJob):
                                     "articles of the training file (document ids = article numbers), instead "
                                     "of encoding windows: every token of its paragraphs is used")
 
+    UNUSED: ClassVar[tuple[Unused, ...]] = unused.FILTER  # the flags a run may leave unused
+
     def __post_init__(self) -> None:
         super().__post_init__()
         check(self.hidden >= 0, "--hidden", "an integer >= 0 (0: a linear head)", self.hidden)
@@ -317,9 +318,7 @@ class FilterConfig(FrozenModelJob):
                             ("--batch-windows", self.batch_windows)):
             check(value >= 1, flag, "an integer >= 1", value)
         check(positive(self.lr), "--lr", "a number > 0", self.lr)
-        refuse_unused(self, ("train_windows", "val_windows", "batch_windows"), self.from_index is not None,
-                      f"--from-index {self.from_index} gives every token's vector: no windows are sampled or encoded",
-                      "leave out --from-index")
+        refuse_unused(self, unused.FILTER)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -399,6 +398,8 @@ class ReaderTrainConfig(JobOptions):
                                "which passages do not answer, as reading the top passages at search time needs (a "
                                "--teacher teaches the gold passages' windows only)")
 
+    UNUSED: ClassVar[tuple[Unused, ...]] = unused.READER  # the flags a run may leave unused
+
     def __post_init__(self) -> None:
         super().__post_init__()
         check(self.reserve_offset is None or (0 <= self.reserve_offset < self.holdout_every
@@ -416,8 +417,7 @@ class ReaderTrainConfig(JobOptions):
                   self.max_len)
         check(non_negative(self.lambda_kl), "--lambda-kl", "a number >= 0", self.lambda_kl)
         check_teacher_weight(self.teacher, self.teacher_cache, self)
-        refuse_unused(self, ("backbone", "max_len", "stride", "max_query_len", "max_answer_tokens"), self.init is not None,
-                      f"the config of --init {self.init} replaces it", "leave out --init")
+        refuse_unused(self, unused.READER)
         check(math.isfinite(self.kl_temperature) and self.kl_temperature > 0, "--kl-temperature", "a number > 0",
               self.kl_temperature)
 

@@ -59,6 +59,7 @@ from spanseek.trainer.rundir import (
     trained_windows,
 )
 from spanseek.trainer.summary import check_validation_split, finish
+from spanseek.trainer.unused import left_unused
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ RECIPE = ("model", "holdout_every", "holdout_offset", "seed", "batch_windows", "
 
 def _train_qsft(cfg: QsftConfig, out: Path) -> dict:
     check_run_kind(out, "qsft")  # another kind of run's checkpoint would be resumed with this model
-    check_same_recipe(out, asdict(replace(cfg, loss=cfg.loss.resolved())), RECIPE, QSFT_CONFIG)
+    check_same_recipe(out, asdict(replace(cfg, loss=cfg.loss.resolved())), RECIPE, QSFT_CONFIG, left_unused(cfg))
     torch.manual_seed(cfg.seed)
     data = load_training(cfg.train)  # a bad training file is named before the model loads
     check_validation_split(cfg, data, cfg.val_questions)  # before any training

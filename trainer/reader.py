@@ -73,6 +73,7 @@ from spanseek.trainer.rundir import (
 from spanseek.trainer.state import optimizer_and_resume, rng_state, set_rng_state
 from spanseek.trainer.stopping import StopAfterStep, after_training
 from spanseek.trainer.summary import SUMMARY, RunSoFar, after_loop, checkpoint_saved, run_data
+from spanseek.trainer.unused import left_unused
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +225,7 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
         check_checkpoint(point, READER_WEIGHTS_NAME, out)
     settings = dataclasses.asdict(cfg)
     unrecorded = point is not None and trained_questions(point) is None
-    check_same_recipe(out, settings, RECIPE + (("train",) if unrecorded else ()))
+    check_same_recipe(out, settings, RECIPE + (("train",) if unrecorded else ()), unused=left_unused(cfg))
     data = load_training(cfg.train)
     held = [a for i, a in enumerate(data) if cfg.holdout.held(i)]
     questions = reader_questions(cfg, data)

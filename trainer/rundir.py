@@ -13,7 +13,7 @@ import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -166,15 +166,24 @@ def check_run_kind(out: Path, kind: RunKind) -> None:
 UNSET_BEFORE = {"limit_questions": 0}
 
 
-def check_same_recipe(out: Path, now: dict[str, Any], recipe: tuple[str, ...], name: str = TRAIN_CONFIG) -> None:
+def check_same_recipe(out: Path, now: dict[str, Any], recipe: tuple[str, ...], name: str = TRAIN_CONFIG,
+                      unused: Collection[str] = ()) -> None:
     """Refuse to resume the run in ``out`` with other ``recipe`` settings than it was started with (its settings
     file ``name``; ``now``: this run's settings by name), naming them; resuming with another --lr ran on at the
-    first one while the run's files recorded the second. A run without the file (older runs) resumes as before."""
+    first one while the run's files recorded the second. A run without the file (older runs) resumes as before.
+    The settings this run leaves ``unused`` (``trainer.unused.left_unused``: ``loss.lambda_hard`` without hard
+    negatives) are not compared: a run started with one at another value (before such flags were refused) resumes."""
     path = out / name
     if resume_point(out) is None or not path.is_file():
         return
     before = {key: None if key in UNSET_BEFORE and value == UNSET_BEFORE[key] else value
               for key, value in _settings(path).items()}
+    for dotted in unused:  # (the options that leave them unused are in the recipe: compared as they are)
+        key, _, field = dotted.partition(".")
+        if not field and key in before:
+            before[key] = now.get(key)
+        elif isinstance(before.get(key), dict) and isinstance(now.get(key), dict):
+            before[key] = {**before[key], field: now[key].get(field)}
     differ = [f"{key} {before[key]!r} (this run: {now[key]!r})" for key in recipe
               if key in before and json.loads(json.dumps(now[key])) != before[key]]
     if differ:

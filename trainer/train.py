@@ -54,6 +54,7 @@ from spanseek.trainer.rundir import (
     trained_windows,
 )
 from spanseek.trainer.summary import check_validation_split, finish, write_holdout
+from spanseek.trainer.unused import left_unused
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +192,8 @@ def _train_phrase(cfg: TrainConfig, out: Path) -> dict:
         model = PhraseModel(cfg.encoder).to(device)
     enc_cfg = model.config
     check_resume(out, enc_cfg)  # a resumed run's checkpoint must fit this model
-    check_same_recipe(out, {**asdict(replace(cfg, loss=cfg.loss.resolved())), "encoder": None}, RECIPE)
+    check_same_recipe(out, {**asdict(replace(cfg, loss=cfg.loss.resolved())), "encoder": None}, RECIPE,
+                      unused=left_unused(cfg))
     tokenizer = load_tokenizer(enc_cfg)
     if hard is not None and cfg.loss.kind != "unified":
         raise ValueError("hard negatives are used by the unified loss only (--loss unified)")

@@ -11,7 +11,7 @@ a user who sets a flag expects it to act.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 
@@ -39,18 +39,59 @@ def check_teacher_weight(teacher: str | None, teacher_cache: str | None, kl: Dis
                          f"(give one with --lambda-kl, or leave {unused[0][0]} out)")
 
 
-def refuse_unused(options: Any, fields: Sequence[str], unused: bool, because: str, remedy: str) -> None:
-    """ValueError naming the first of ``fields`` (options' fields, ``loss.lambda_hard`` for a nested one) that holds
-    other than its default where the run leaves them ``unused``: ``--lambda-hard 2.0 would go unused: BECAUSE
-    (REMEDY, or leave --lambda-hard out)``. A default given explicitly is the run's own value: accepted."""
-    if not unused:
-        return
-    for path in fields:
-        value = _value(options, path)
-        if value != default_of(type(options), path):
-            flag = _flag(path.rsplit(".", 1)[-1], value)
-            shown = flag if isinstance(value, bool) else f"{flag} {value}"
-            raise ValueError(f"{shown} would go unused: {because} ({remedy}, or leave {flag} out)")
+@dataclasses.dataclass(frozen=True)
+class Unused:
+    """Options ``fields`` (``loss.lambda_hard`` for a nested one) that a run leaves unused where ``when(options)``
+    holds: refused at other than their default ``because`` (formatted with the options as ``o``), with a ``remedy``.
+    A config class lists its rules as ``UNUSED``, so that the resume of a run (``trainer.rundir.check_same_recipe``)
+    disregards what the run leaves unused, as it was started with (a run started before such flags were refused)."""
+
+    fields: tuple[str, ...]
+    when: Callable[[Any], bool]
+    because: str
+    remedy: str
+
+
+# the rules of the training jobs' options (trainer.arguments: each config's UNUSED)
+TRAINING = (
+    Unused(("loss.lambda_hard", "hard_per_batch"), lambda o: o.hard_negatives is None,
+           "it acts on the --hard-negatives, which are not given", "give them"),
+    Unused(("prebatch_warmup", "loss.lambda_pre"), lambda o: o.prebatch == 0,
+           "--prebatch 0 turns pre-batch negatives off", "give --prebatch N"))
+PHRASE = (
+    *TRAINING,
+    Unused(("widen_lora", "stale_cache"), lambda o: o.init_from is None,
+           "it acts on the model of --init-from, which is not given", "give --init-from"),
+    Unused(("corrector", "corrector_lr"), lambda o: o.stale_cache is None,
+           "the corrector corrects the vectors of --stale-cache, which is not given", "give --stale-cache"))
+FILTER = (
+    Unused(("train_windows", "val_windows", "batch_windows"), lambda o: o.from_index is not None,
+           "--from-index {o.from_index} gives every token's vector: no windows are sampled or encoded",
+           "leave out --from-index"),)
+READER = (
+    Unused(("backbone", "max_len", "stride", "max_query_len", "max_answer_tokens"), lambda o: o.init is not None,
+           "the config of --init {o.init} replaces it", "leave out --init"),)
+
+
+def refuse_unused(options: Any, rules: Sequence[Unused]) -> None:
+    """ValueError naming the first field of ``rules`` that holds other than its default where its rule leaves it
+    unused: ``--lambda-hard 2.0 would go unused: BECAUSE (REMEDY, or leave --lambda-hard out)``. A default given
+    explicitly is the run's own value: accepted."""
+    for rule in rules:
+        if not rule.when(options):
+            continue
+        for path in rule.fields:
+            value = _value(options, path)
+            if value != default_of(type(options), path):
+                flag = _flag(path.rsplit(".", 1)[-1], value)
+                shown = flag if isinstance(value, bool) else f"{flag} {value}"
+                raise ValueError(f"{shown} would go unused: {rule.because.format(o=options)} ({rule.remedy}, or "
+                                 f"leave {flag} out)")
+
+
+def left_unused(options: Any) -> list[str]:
+    """The fields (dotted, as ``Unused.fields``) that a run of ``options`` leaves unused, by its class's ``UNUSED``."""
+    return [path for rule in getattr(type(options), "UNUSED", ()) if rule.when(options) for path in rule.fields]
 
 
 def _value(options: Any, path: str) -> Any:

@@ -127,6 +127,22 @@ def test_resuming_with_another_learning_rate_is_refused_and_a_longer_run_is_not(
     assert train_phrase(dataclasses.replace(first, max_steps=2))["steps"] == 2
 
 
+def test_a_run_started_with_a_flag_it_left_unused_resumes(tmp_path, tiny_squad, tiny_config):
+    """A run started with --lambda-hard 2 and no --hard-negatives (which the run left unused; such a flag is now
+    refused) could not be resumed: with the flag it was refused as unused, without it as a run of other settings. The
+    settings a run leaves unused are not compared; the ones it uses still are."""
+    out = tmp_path / "run"
+    first = _run_config(tiny_squad, tiny_config, out, max_steps=1)
+    train_phrase(first)
+    settings = json.loads((out / "train_config.json").read_text())
+    settings["loss"]["lambda_hard"] = 2.0
+    settings["corrector_lr"] = 5e-4
+    (out / "train_config.json").write_text(json.dumps(settings))
+    with pytest.raises(ValueError, match=r"other settings: lr 0\.001 \(this run: 0\.0005\); resume with the same"):
+        train_phrase(dataclasses.replace(first, lr=5e-4, max_steps=2))
+    assert train_phrase(dataclasses.replace(first, max_steps=2))["steps"] == 2
+
+
 def test_a_phrase_run_resumes_on_its_questions_moved_and_refuses_them_edited(tmp_path, tiny_squad, tiny_config):
     """A phrase run's resume check held the training file's path, so the same questions in a moved or renamed file
     were refused; it checks the questions themselves now, as a QSFT run does."""
