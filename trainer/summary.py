@@ -12,8 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from spanseek.core.config import EncoderConfig
 from spanseek.core.io import atomic_path, load_squad, squad_questions, write_json_atomic
-from spanseek.trainer.arguments import JobOptions, QsftConfig, TrainingOptions
+from spanseek.trainer.arguments import EncoderOptions, JobOptions, QsftConfig, TrainingOptions
 from spanseek.trainer.checkpoints import CARD
 from spanseek.trainer.stopping import after_training
 from spanseek.trainer.unused import default_of
@@ -188,13 +189,18 @@ def model_card(cfg: TrainingOptions, run: dict[str, Any], total: int | None = No
 
 def _flags(cfg: Any) -> list[str]:
     """The flags that give ``cfg`` its options other than their defaults (a nested group's, ``--loss``'s fields,
-    as their own flags; the encoder of a new model is its config's, not listed)."""
+    as their own flags; the encoder of a new model as ``EncoderOptions``' flags, ``--question-mode separate``)."""
     flags = []
     for field in dataclasses.fields(cfg):
         value = getattr(cfg, field.name)
-        if field.metadata.get("cli") is False or "options" in field.metadata or value == default_of(type(cfg), field.name):
+        if field.metadata.get("cli") is False or value == default_of(type(cfg), field.name):
             continue
-        if dataclasses.is_dataclass(value):
+        if isinstance(value, EncoderConfig):  # (built from EncoderOptions: EncoderOptions.build)
+            given = {"backbone": value.backbone, "question_mode": value.question_mode, "full": value.weights == "full",
+                     "lora_r": value.lora.r, "max_answer_tokens": value.max_answer_tokens,
+                     "max_seq_len": value.max_seq_len, "stride": value.stride}
+            flags += [_flag(f, given[f.name]) for f in dataclasses.fields(EncoderOptions) if given[f.name] != f.default]
+        elif dataclasses.is_dataclass(value):
             default = default_of(type(cfg), field.name)
             flags += [_flag(f, getattr(value, f.name)) for f in dataclasses.fields(value)
                       if getattr(value, f.name) != getattr(default, f.name)]

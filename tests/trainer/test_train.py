@@ -539,3 +539,24 @@ def test_a_validated_run_s_model_card_holds_its_validation(tmp_path, tiny_squad,
     assert "--holdout-every 2 --holdout-offset 1" in card and "| validation | on held-out questions: below |" in card
     validated = json.loads(card.split("```json\n", 1)[1].split("\n```", 1)[0])
     assert validated == json.loads(json.dumps(summary["validation"]))
+
+
+def test_a_model_card_s_command_gives_the_run_s_options_back():
+    """The card's command left out the encoder's flags (`--question-mode separate`, `--full`, `--lora-r`, ...): run
+    again, it trained another model. Parsed back, it now gives the run's options."""
+    import shlex
+
+    from spanseek.cli import build_parser
+    from spanseek.core.options import from_args
+    from spanseek.trainer.summary import model_card
+
+    argv = ["train", "phrase", "--train", "t.json", "--out", "o", "--question-mode", "separate", "--full", "--lora-r",
+            "4", "--max-seq-len", "128", "--stride", "32", "--max-answer-tokens", "8", "--lambda-inb", "8", "--prebatch",
+            "0", "--no-progress"]
+    cfg = from_args(TrainConfig, build_parser().parse_args(argv))
+    run = {"steps": 1, "train_questions": 2, "train_windows": 1, "seconds": 1.0, "device": "cpu", "precision": "fp32"}
+    command = model_card(cfg, run).split("| trained by | `", 1)[1].split("`", 1)[0]
+    assert "--question-mode separate" in command and "--full" in command and "--lora-r 4" in command, command
+    words = shlex.split(command)
+    assert words[:3] == ["spanseek", "train", "phrase"]
+    assert from_args(TrainConfig, build_parser().parse_args(words[1:])) == cfg
