@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -55,6 +54,7 @@ from spanseek.trainer.rundir import (
     check_resume_data,
     check_run_kind,
     check_same_recipe,
+    recorded,
     run_lock,
     trained_windows,
 )
@@ -119,7 +119,7 @@ RECIPE = ("model", "holdout_every", "holdout_offset", "seed", "batch_windows", "
 
 def _train_qsft(cfg: QsftConfig, out: Path) -> dict:
     check_run_kind(out, "qsft")  # another kind of run's checkpoint would be resumed with this model
-    check_same_recipe(out, asdict(replace(cfg, loss=cfg.loss.resolved())), RECIPE, QSFT_CONFIG, left_unused(cfg))
+    check_same_recipe(out, recorded(cfg), RECIPE, QSFT_CONFIG, left_unused(cfg))
     torch.manual_seed(cfg.seed)
     data = load_training(cfg.train)  # a bad training file is named before the model loads
     check_validation_split(cfg, data, cfg.val_questions)  # before any training
@@ -165,7 +165,7 @@ def _train_qsft(cfg: QsftConfig, out: Path) -> dict:
                            precision=precision, progress=cfg.progress)
     cache_seconds = time.perf_counter() - t0
     model.phrase_encoder.to("cpu")  # not used again: training reads the cache
-    write_json_atomic(out / QSFT_CONFIG, asdict(replace(cfg, loss=cfg.loss.resolved())))
+    write_json_atomic(out / QSFT_CONFIG, recorded(cfg))
     for m in question_side:
         m.train()
     summary = train_loop(cfg, QsftMode(cfg, cache, hard_keys, tokenizer, enc.max_query_len), model, params, windows,

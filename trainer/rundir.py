@@ -10,6 +10,7 @@ Each check runs before the run writes anything but its lock, and names what diff
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -164,6 +165,13 @@ def check_run_kind(out: Path, kind: RunKind) -> None:
 # recorded settings an earlier run took for "unset" and that are now refused as out of range (a reader's
 # --limit-questions 0 trained on every question): such a run resumes with the setting left out, as it means the same
 UNSET_BEFORE = {"limit_questions": 0}
+
+
+def recorded(cfg: Any) -> dict[str, Any]:
+    """The settings a phrase or QSFT run records and resumes by: its options, the loss's pre-batch weight resolved
+    (``LossConfig.resolved``). A dict, not a config built again: that is checked again, and the resolved weight of
+    a run with --prebatch 0 was refused there as a flag it leaves unused."""
+    return {**dataclasses.asdict(cfg), "loss": dataclasses.asdict(cfg.loss.resolved())}
 
 
 def check_same_recipe(out: Path, now: dict[str, Any], recipe: tuple[str, ...], name: str = TRAIN_CONFIG,

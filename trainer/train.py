@@ -16,7 +16,6 @@ Runs on CPU (bf16 autocast where the CPU supports it) or CUDA (bf16 autocast).
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +49,7 @@ from spanseek.trainer.rundir import (
     check_resume_data,
     check_run_kind,
     check_same_recipe,
+    recorded,
     run_lock,
     trained_windows,
 )
@@ -192,8 +192,7 @@ def _train_phrase(cfg: TrainConfig, out: Path) -> dict:
         model = PhraseModel(cfg.encoder).to(device)
     enc_cfg = model.config
     check_resume(out, enc_cfg)  # a resumed run's checkpoint must fit this model
-    check_same_recipe(out, {**asdict(replace(cfg, loss=cfg.loss.resolved())), "encoder": None}, RECIPE,
-                      unused=left_unused(cfg))
+    check_same_recipe(out, {**recorded(cfg), "encoder": None}, RECIPE, unused=left_unused(cfg))
     tokenizer = load_tokenizer(enc_cfg)
     if hard is not None and cfg.loss.kind != "unified":
         raise ValueError("hard negatives are used by the unified loss only (--loss unified)")
@@ -212,8 +211,7 @@ def _train_phrase(cfg: TrainConfig, out: Path) -> dict:
     mode = JointMode(cfg, model, tokenizer, device, encode_hard=bool(hard) and stale is None, stale=stale,
                      hard_keys=hard_keys, corrector=corrector)
     if main:
-        saved = replace(cfg, encoder=enc_cfg, loss=cfg.loss.resolved())
-        write_json_atomic(out / TRAIN_CONFIG, {**asdict(saved), "encoder": enc_cfg.to_dict()})
+        write_json_atomic(out / TRAIN_CONFIG, {**recorded(cfg), "encoder": enc_cfg.to_dict()})
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     summary = train_loop(cfg, mode, model, params, windows, device, precision, cfg.dist)

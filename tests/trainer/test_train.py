@@ -560,3 +560,12 @@ def test_a_model_card_s_command_gives_the_run_s_options_back():
     words = shlex.split(command)
     assert words[:3] == ["spanseek", "train", "phrase"]
     assert from_args(TrainConfig, build_parser().parse_args(words[1:])) == cfg
+
+
+def test_a_run_with_prebatch_0_trains(tmp_path, tiny_squad, tiny_config):
+    """`--prebatch 0` (README's recipe) was refused as the run began: the loss with its pre-batch weight resolved
+    (to the in-batch weight) was built into the options again, which took it for a --lambda-pre left unused."""
+    out = tmp_path / "run"
+    cfg = dataclasses.replace(tiny_train_config(tiny_squad, tiny_config, out), max_steps=1, prebatch=0)
+    assert train_phrase(cfg)["steps"] == 1
+    assert json.loads((out / "train_config.json").read_text())["loss"]["lambda_pre"] == cfg.loss.lambda_inb
