@@ -58,7 +58,7 @@ def main() -> None:
         cfg = TrainConfig(
             train=args.train, out=str(out), init_from=args.model, hard_negatives=args.hard_negatives,
             hard_per_batch=args.hard_per_batch, batch_windows=args.batch_windows, max_steps=args.steps,
-            loss=LossConfig(lambda_inb=8.0, lambda_pre=8.0), prebatch=0, lr=5e-4, val_questions=0,
+            loss=LossConfig(lambda_inb=8.0), prebatch=0, lr=5e-4, val_questions=0,
             checkpoint_every=10**9, precision=args.precision, progress=False,
             stale_cache=args.cache if extra else None, corrector=extra.get("corrector", True),
         )
