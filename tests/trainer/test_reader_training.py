@@ -103,8 +103,10 @@ def test_a_run_initialised_from_a_reader_starts_from_its_master_weights(tiny_squ
         return real_step(self, *a, **k)
 
     monkeypatch.setattr(torch.optim.AdamW, "step", spy)
-    second = config(tiny_squad, tiny_backbone, tmp_path / "second", max_steps=1, val_questions=0, init=str(first / "last"),
-                    max_len=96)  # the initial reader's config wins over the flags
+    # the initial reader's config gives the windows (--max-len beside --init is refused: it would go unused)
+    second = ReaderTrainConfig(train=str(tiny_squad), out=str(tmp_path / "second"), init=str(first / "last"),
+                               batch_size=4, checkpoint_every=1, progress=False, precision="fp32", max_steps=1,
+                               val_questions=0, reserve_offset=2, **SPLIT)
     assert second.build().max_len == 64
     names = [n for n, p in ReaderModel(second.build()).named_parameters() if p.requires_grad]
     train_reader(second)
