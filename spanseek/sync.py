@@ -79,6 +79,11 @@ class StrictStop(ValueError):
     refused before it stopped, and the answers of the writes sent before it."""
 
 
+class DeleteRefused(ValueError):
+    """``delete``: the server refused the request that deletes the documents of gone files (too large for its body
+    limit), after the run's writes: the run failed, not its command line (`spanseek sync` exits 1)."""
+
+
 @dataclass(frozen=True)
 class FileLimits:
     """What the server refuses a file for, as its ``GET /info`` publishes them (``service.files``), which a dry run
@@ -621,7 +626,7 @@ def _delete_stale(client: Any, source: str, kept: list[str], problems: list[tupl
     except APIError as e:
         if e.status != 413:
             raise
-        raise ValueError(f"--delete: its request lists the {len(kept)} files kept, and the server refused it as too "
+        raise DeleteRefused(f"--delete: its request lists the {len(kept)} files kept, and the server refused it as too "
                          f"large ({e.message}); start the server with a larger --max-body-bytes, or sync the folder "
                          f"in parts, each with its own --source") from None
     report.deleted, report.deleted_total = list(deleted), deleted.total
@@ -751,6 +756,8 @@ def _run(args: argparse.Namespace) -> int:
         hint = "; give the write key with --api-key-file or SPANSEEK_API_KEY" if (
             getattr(e, "status", None) == 401 and not api_key) else ""
         raise CommandFailed(f"{args.url}: {e}{hint}{went()}") from None
+    except DeleteRefused as e:  # after the writes, all answered
+        raise CommandFailed(str(e)) from None
     except RuntimeError as e:  # a write not answered in time
         raise CommandFailed(f"{e}{went()}") from None
     sys.stderr.write(report.summary(args.dry_run) + "\n")

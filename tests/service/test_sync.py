@@ -351,7 +351,8 @@ def test_delete_holds_back_when_no_file_is_found_or_a_folder_cannot_be_read(url,
         assert client.get("a.txt") is not None and client.get("locked/b.txt") is not None
 
 
-def test_a_file_over_the_servers_limit_is_refused_and_a_delete_too_large_is_said_so(settings_for, tmp_path, live):
+def test_a_file_over_the_servers_limit_is_refused_and_a_delete_too_large_is_said_so(settings_for, tmp_path, live,
+                                                                                    capsys):
     settings = settings_for(writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0,
                             max_file_bytes=2048, max_body_bytes=1024)
     deep = "/".join(["d" * 200] * 5) + "/a.txt"  # an id (1,010 characters; at most 1,024) over the delete's body
@@ -364,6 +365,9 @@ def test_a_file_over_the_servers_limit_is_refused_and_a_delete_too_large_is_said
         (docs / "small.txt").unlink()  # a document to delete: the request is sent
         with pytest.raises(ValueError, match="--delete: its request lists the 2 files kept.*--max-body-bytes"):
             sync(client, [docs], "docs", delete=True)
+        # the command: the run failed after its writes (status 1), its command line was right (2: a usage error)
+        assert main(["sync", str(docs), "--source", "docs", "--url", base, "--api-key", "key", "--delete"]) == 1
+        assert "--delete: its request lists the 2 files kept" in capsys.readouterr().err
 
 
 def test_the_command_prints_each_file_it_writes_and_no_request_log(url, tmp_path):
