@@ -40,6 +40,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 from spanseek.core.evaluate import evaluate, sample_questions  # noqa: E402
+from spanseek.core.faiss_spec import parse_factory  # noqa: E402
 from spanseek.core.io import load_squad, read_corpus, squad_questions, write_corpus, write_json_atomic  # noqa: E402
 from spanseek.core.loading import open_searcher  # noqa: E402
 from spanseek.core.params import SearchParams  # noqa: E402
@@ -136,7 +137,8 @@ def run(args: argparse.Namespace) -> dict:
         fine_store, _, threshold = rest.partition("@")
         if not (d / "manifest.json").exists():  # built here, one at a time, so early rows are written early
             m = reindex(exact_dir, d, BuildOptions(factory=factory, max_train=args.max_train, progress=not args.quiet,
-                                                   store=fine_store or None, keep_codes=args.codes,
+                                                   store=fine_store or None,
+                                                   keep_codes=args.codes and parse_factory(factory).has_codes,
                                                    filter_threshold=float(threshold) if threshold else None),
                         filter_model=args.filter_model)
             print(f"built {f} in {m.build_seconds:.1f}s", flush=True)
