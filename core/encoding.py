@@ -170,15 +170,6 @@ def window_batch(windows: list[np.ndarray], tokenizer) -> tuple[torch.Tensor, to
     return ids, mask
 
 
-def window_widths(ids: list[np.ndarray]) -> list[tuple[int, list[int]]]:
-    """Windows grouped by the padded length they are encoded at (``padded_length`` of the window and its [CLS] and
-    [SEP]): (width, window indices in order), widest first."""
-    groups: dict[int, list[int]] = {}
-    for i, w in enumerate(ids):
-        groups.setdefault(padded_length(len(w) + 2), []).append(i)
-    return sorted(groups.items(), reverse=True)
-
-
 class _QuestionForward(torch.nn.Module):
     """A phrase model's question side as a module of its own (what ONNX Runtime runs)."""
 
@@ -398,25 +389,22 @@ class PassageEncoder:
         """Run the phrase encoder over windows, longest first, in batches of at most ``max_batch_tokens`` (default:
         the encoder's) padded tokens, and at least one window.
 
-        A batch holds windows of one padded length only (``padded_length`` of the window and its [CLS] and [SEP]),
-        so every window is encoded at the same shape whatever it is batched with: a passage gets the same vectors
-        to the bit alone, in a shard of other passages or in an add. (Padding a window further changes its vectors
-        in bf16 and fp32 alike, the masked positions notwithstanding: the attention kernel's blocking follows the
-        padded length; the number of windows in a batch does not change them.)
-
         Yields (window indices, (b, T, d) content-token vectors, [CLS] stripped).
         """
         device = model_device(self.model)
+        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
         budget = max_batch_tokens or self.max_batch_tokens
-        for width, group in window_widths(ids):
-            b = max(1, budget // width)
-            for i in range(0, len(group), b):
-                chunk = group[i : i + b]
-                checkpoint()  # a job asked to stop (core.stopping) ends between two forward passes
-                batch, mask = window_batch([ids[w] for w in chunk], self.tokenizer)
-                with autocast(device, self.precision):
-                    h = self.model.encode_passages(batch.to(device), mask.to(device))
-                yield chunk, h[:, 1:].float()
+        i = 0
+        while i < len(order):
+            longest = padded_length(len(ids[order[i]]) + 2)
+            b = max(1, budget // longest)
+            chunk = order[i : i + b]
+            i += b
+            checkpoint()  # a job asked to stop (core.stopping) ends between two forward passes
+            batch, mask = window_batch([ids[w] for w in chunk], self.tokenizer)
+            with autocast(device, self.precision):
+                h = self.model.encode_passages(batch.to(device), mask.to(device))
+            yield chunk, h[:, 1:].float()
 
     def encode_flat(self, passages: list[PassageTokens]) -> np.ndarray:
         """Encode already-tokenised passages into one (total tokens, d) float32 array, passage after passage.

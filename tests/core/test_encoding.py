@@ -203,26 +203,3 @@ def test_a_cached_question_keeps_its_first_vectors_whatever_it_is_batched_with(m
     assert len(enc.cache) == 3 and enc.encode(["Who?"]) is not None and passes[-1] == ["Who?"]
     with pytest.raises(ValueError, match="at least 0"):
         QuestionCache(-1)
-
-
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_a_passage_gets_the_same_vectors_to_the_bit_alone_or_in_any_batch(tiny_config, precision):
-    """The oracle: each passage encoded alone. Encoded among others (any mix of lengths, budgets that cut batches
-    anywhere), its vectors are the same bits, so `index add` gives a document the vectors a build from scratch
-    gives it (padded to its batch's longest window, a window's vectors differed in the last bits)."""
-    from dataclasses import replace
-
-    from spanseek.core.model import PhraseModel
-
-    torch.manual_seed(0)
-    model = PhraseModel(replace(tiny_config, max_seq_len=256, stride=64)).eval()
-    tok = load_tokenizer(model.config)
-    rng = random.Random(5)
-    texts = [make_paragraph(rng, rng.randint(1, 24)) for _ in range(16)]
-    encoder = PassageEncoder(model, tok, precision=precision)
-    alone = [encoder.encode([t])[0].vectors for t in texts]
-    assert len({len(v) for v in alone}) > 8  # lengths in several padded widths
-    for budget in (8192, 700, 1):
-        together = PassageEncoder(model, tok, precision=precision, max_batch_tokens=budget).encode(texts[::-1])[::-1]
-        for a, b in zip(alone, together, strict=True):
-            assert np.array_equal(a, b.vectors)
