@@ -1,32 +1,32 @@
-"""The field index of an index's documents: a filter (``core.filters``) evaluated to the documents that pass it.
+"""The field index of an index's documents and passages: a filter (``core.filters``) evaluated to the documents, or
+the passages, that pass it.
 
-Built from the document store (``docs.jsonl``) by every writer that changes it (``index build``, ``add``,
-``upsert``, ``compact``; ``delete`` changes only the deletion mask, which the selection applies on top) and kept
-as ``doc_fields.npz`` in the index directory, checksummed in the manifest like every other file. An index built
-before it has no such file: ``PhraseIndex.fields`` then builds the field index in memory at its first use.
+Built from the document store (``docs.jsonl``) and the passages' own metadata (``passages.jsonl``'s ``meta``) by
+every writer that changes them (``index build``, ``add``, ``upsert``, ``compact``; ``delete`` changes only the
+deletion mask, which the selection applies on top) and kept as ``doc_fields.npz`` in the index directory,
+checksummed in the manifest like every other file. An index built before it has no such file: ``PhraseIndex.fields``
+then builds the field index in memory at its first use; one whose file was written before it held the passages'
+fields builds those at the first ``passage`` condition (``FieldIndex.passage_fields``).
 
-Per metadata field, the documents are held per kind of value, so a condition costs a lookup and the documents it
-selects, not a scan of every document:
-
-- numbers: values sorted, with their documents (float64, int32): a range or an equality is two ``searchsorted``;
-- ISO-8601 date / datetime strings: the same, as microseconds since 1970 UTC (int64);
-- strings: the sorted distinct strings (in the header), and per string its documents (CSR: ``starts``, ``docs``);
-- booleans: the documents of ``true`` and of ``false``; null: the documents of ``null``.
-
-A list value contributes each of its elements; objects and nested lists are not indexed (no condition matches
-them). Document ids are looked up in a dict (the last document of an id: upsert appends the new version and
-deletes the old), title prefixes by bisection over the documents sorted by title. An ``any`` of many values costs
-one lookup per kind of value, not one per value: its numbers are sorted once and found by one ``searchsorted``,
-its strings by their codes. Each condition becomes a (D,) boolean mask over documents and the tree combines masks
-(``must`` and, ``should`` or, ``must_not`` and-not).
+Per metadata field, the documents (and apart, the passages) are held per kind of value (``core.fieldvalues``), so a
+condition costs a lookup and the records it selects, not a scan of every document. Document ids are looked up in a
+dict (the last document of an id: upsert appends the new version and deletes the old), title prefixes by bisection
+over the documents sorted by title. An ``any`` of many values costs one lookup per kind of value, not one per value:
+its numbers are sorted once and found by one ``searchsorted``, its strings by their codes. Each condition becomes a
+(D,) boolean mask over documents and the tree combines masks (``must`` and, ``should`` or, ``must_not`` and-not). A
+filter holding a ``passage`` condition is evaluated over passages instead (``passage_mask``): a document condition's
+mask is read through each passage's document, a ``passage`` condition's leaves select passages by their own
+metadata, and the tree combines (P,) masks.
 
 A live snapshot (``core.segment.LiveIndex``) filters with ``JoinedFieldIndex``: its base's field index (read or built
-once a base) and those built over runs of the segment's documents (``core.segment_log``, each built once a run and
-shared by the later snapshots), each condition's documents taken from all (numbered one part after the other), so a
-write builds about its own document's, not a field index over every document.
+once a base) and those built over runs of the segment's documents and their passages (``core.segment_log``, each
+built once a run and shared by the later snapshots), each condition's documents (or passages) taken from all
+(numbered one part after the other), so a write builds about its own document's, not a field index over every
+document.
 
-A condition on a field no document has, or of a kind the field never holds (a range of numbers over strings, a
-date range over a field without dates, ``"2024"`` over numbers), raises FilterError naming the field (HTTP 400).
+A condition on a field no document has (in a ``passage`` condition: no passage), or of a kind the field never holds
+(a range of numbers over strings, a date range over a field without dates, ``"2024"`` over numbers), raises
+FilterError naming the field (HTTP 400).
 """
 
 from __future__ import annotations
@@ -40,124 +40,34 @@ import typing
 from abc import ABC, abstractmethod
 from collections import ChainMap
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
-from spanseek.core.chained import Chained
+from spanseek.core.chained import Chained, ChainedArray, take
+from spanseek.core.fieldvalues import NONE, Field, fields_from_arrays, fields_of, fields_to_arrays, grouped
+from spanseek.core.fieldvalues import run_positions as run_positions
 from spanseek.core.filters import (
     AnyOf,
     Condition,
     FilterError,
     Kind,
     Match,
-    MetaValue,
     Not,
+    Passage,
     Range,
     SearchFilter,
     at_place,
-    elements,
-    finite_float,
+    holds_passage,
     kind_of,
-    parse_date,
 )
 from spanseek.core.ids import joined, respellings
 
 FIELDS = "doc_fields.npz"
 FORMAT = 1
-HEADER = "header"  # the JSON header's array in the npz: format, documents, and per field its strings
-
-
-@dataclass
-class Postings:
-    """Sorted values and the document of each (numbers: float64; dates: int64 microseconds)."""
-
-    values: np.ndarray
-    docs: np.ndarray
-
-    @classmethod
-    def of(cls, values: list[Any], docs: list[int], dtype: type) -> Postings:
-        v: np.ndarray = np.asarray(values, dtype=dtype)
-        d = np.asarray(docs, dtype=np.int32)
-        order = np.argsort(v, kind="stable")
-        return cls(v[order], d[order])
-
-    def between(self, rng: Range) -> np.ndarray:
-        """The documents of the values in ``rng`` (every bound given holds)."""
-        gt, gte, lt, lte = rng.bounds
-        lo, hi = 0, len(self.values)
-        if gt is not None:
-            lo = max(lo, self._at(gt, "right"))
-        if gte is not None:
-            lo = max(lo, self._at(gte, "left"))
-        if lt is not None:
-            hi = min(hi, self._at(lt, "left"))
-        if lte is not None:
-            hi = min(hi, self._at(lte, "right"))
-        return self.docs[lo:max(lo, hi)]
-
-    def among(self, values: np.ndarray) -> np.ndarray:
-        """The documents of the values equal to one of ``values`` (sorted, distinct): a run of the sorted values
-        each, found for all at once."""
-        return self.docs[run_positions(np.searchsorted(self.values, values, "left"), np.searchsorted(self.values, values, "right"))]
-
-    def _at(self, value: float, side: Literal["left", "right"]) -> int:
-        return int(np.searchsorted(self.values, value, side=side))
-
-
-@dataclass
-class Field:
-    """One metadata field's documents, by kind of value (see the module docstring); absent kinds are None."""
-
-    numbers: Postings | None = None
-    dates: Postings | None = None
-    strings: list[str] | None = None  # sorted, distinct
-    string_starts: np.ndarray | None = None  # (V + 1,) int64: documents of strings[i] are docs[starts[i]:starts[i+1]]
-    string_docs: np.ndarray | None = None
-    true: np.ndarray | None = None
-    false: np.ndarray | None = None
-    null: np.ndarray | None = None
-    _code: dict[str, int] | None = field(default=None, repr=False)
-
-    @property
-    def kinds(self) -> list[Kind]:
-        """The kinds of value the field holds (``date``: strings that are ISO-8601 dates)."""
-        booleans = self.true if self.true is not None else self.false
-        have: dict[Kind, Any] = {"number": self.numbers, "string": self.strings, "boolean": booleans,
-                                 "null": self.null, "date": self.dates}
-        return [k for k, v in have.items() if v is not None]
-
-    def any_of(self, values: tuple[MetaValue, ...]) -> np.ndarray:
-        """The documents whose value (or one of whose list elements) equals one of ``values`` (a document may come
-        more than once). Per kind of value, one lookup for all the values of that kind: the numbers' runs by
-        ``searchsorted``, the strings' by their codes; a Python step per value cost 195 ms for 60,000 numbers."""
-        found = []
-        for kind, some in _grouped(values).items():
-            if kind == "number" and self.numbers is not None:
-                found.append(self.numbers.among(np.unique(np.asarray(some, dtype=np.float64))))
-            elif kind == "string" and self.string_starts is not None and self.string_docs is not None:
-                code = self._codes()
-                codes = np.fromiter(map(code.get, some, repeat(-1)), dtype=np.int64, count=len(some))
-                codes = np.unique(codes[codes >= 0])
-                found.append(self.string_docs[run_positions(self.string_starts[codes], self.string_starts[codes + 1])])
-            elif kind == "boolean":
-                found += [docs for flag, docs in ((True, self.true), (False, self.false))
-                          if docs is not None and flag in some]
-            elif kind == "null" and self.null is not None:
-                found.append(self.null)
-        return np.concatenate(found) if found else _NONE
-
-    def _codes(self) -> dict[str, int]:
-        """Each string's number in ``strings`` (made at the first condition on the field's strings)."""
-        if self._code is None:
-            self._code = {s: i for i, s in enumerate(self.strings or ())}
-        return self._code
-
-
-_NONE = np.zeros(0, dtype=np.int32)
+HEADER = "header"  # the npz's JSON header: format, documents, passages, and per field (documents', passages') its strings
 
 
 class FilterTree(ABC):
@@ -178,34 +88,55 @@ class FilterTree(ABC):
     def respelled(self) -> Mapping[str, Sequence[str]]:
         """The ids not spelled composed (NFC), by their composed spelling (``core.ids.respellings``)."""
 
+    @property
     @abstractmethod
-    def kinds_of(self, key: str) -> list[Kind] | None:
-        """The kinds of value field ``key`` holds (``Field.kinds``), None when no document has it."""
+    def passages(self) -> int:
+        """The passages numbered (``found`` numbers a passage condition's)."""
 
     @abstractmethod
-    def names(self) -> list[str]:
-        """Every metadata field's name, sorted."""
+    def kinds_of(self, key: str, in_passage: bool = False) -> list[Kind] | None:
+        """The kinds of value field ``key`` holds (``Field.kinds``), None when no document has it (``in_passage``:
+        no passage's own metadata)."""
 
     @abstractmethod
-    def found(self, leaf: Match | AnyOf | Range) -> np.ndarray:
+    def names(self, in_passage: bool = False) -> list[str]:
+        """Every metadata field's name, sorted (``in_passage``: of the passages' own metadata)."""
+
+    @abstractmethod
+    def found(self, leaf: Match | AnyOf | Range, in_passage: bool = False) -> np.ndarray:
         """The documents a condition selects (a document may come more than once), none where the field or the
-        kind asked for is missing (``check`` refuses such a condition before)."""
+        kind asked for is missing (``check`` refuses such a condition before); ``in_passage``: the passages, by
+        their own metadata."""
 
     @abstractmethod
     def titled(self, prefix: str) -> np.ndarray:
         """The documents whose title starts with ``prefix``."""
 
     def check(self, flt: SearchFilter | None) -> None:
-        """Raise FilterError naming the field when a condition of ``flt`` names a field no document has, or asks
-        for a kind of value the field never holds."""
-        for where, leaf in flt.placed_leaves() if flt is not None else ():
-            at_place(where, self._check_leaf, leaf)
+        """Raise FilterError naming the field when a condition of ``flt`` names a field no document has (a
+        ``passage`` condition's: no passage), or asks for a kind of value the field never holds."""
+        for where, leaf, in_passage in flt.placed_leaves() if flt is not None else ():
+            at_place(where, self._check_leaf, leaf, in_passage)
 
     def documents_of(self, flt: SearchFilter) -> np.ndarray:
         """(D,) bool: the documents that pass ``flt`` (deletions aside); FilterError as ``check``, naming the
-        condition's place (a delete by filter, or a search whose index changed since its filter was checked)."""
+        condition's place (a delete by filter, or a search whose index changed since its filter was checked), and
+        for a filter that selects passages (``passage_mask``: a ``passage`` condition), which passes no whole
+        document."""
+        if flt.reads_passages:
+            raise FilterError("a passage condition selects passages, not whole documents: it filters searches only "
+                              "(give document conditions here)")
         self.check(flt)
         return self._mask(flt)
+
+    def passage_mask(self, flt: SearchFilter, passage_doc: np.ndarray | ChainedArray) -> np.ndarray:
+        """(P,) bool: the passages that pass ``flt`` (``passage_doc``: each passage's document), a document condition
+        holding for every passage of a document that passes it and a ``passage`` condition for the passages whose
+        own metadata pass it; FilterError as ``check``."""
+        self.check(flt)
+        if len(passage_doc) != self.passages and flt.reads_passages:
+            raise ValueError(f"{len(passage_doc)} passages, the field index numbers {self.passages}")
+        return self._mask(flt, passage_doc)
 
     def numbers_of(self, ids: Iterable[str]) -> np.ndarray:
         """The document numbers of the ids the index holds (unknown ids are left out)."""
@@ -213,12 +144,13 @@ class FilterTree(ABC):
         found = np.fromiter(map(self.number_of.get, ids, repeat(-1, len(ids))), dtype=np.int64, count=len(ids))
         return found[found >= 0]
 
-    def _check_leaf(self, leaf: Match | AnyOf | Range) -> None:
+    def _check_leaf(self, leaf: Match | AnyOf | Range, in_passage: bool = False) -> None:
         """The field a condition reads exists, and holds the kind of value the condition asks for."""
-        kinds = self.kinds_of(leaf.key)
+        kinds = self.kinds_of(leaf.key, in_passage)
         if kinds is None:
-            raise FilterError(f"filter field {leaf.key!r}: no document has it (known fields: "
-                              f"{_listed(self.names())})", leaf.key)
+            holder = ("passage has it in its own metadata (known passage fields" if in_passage else
+                      "document has it (known fields")
+            raise FilterError(f"filter field {leaf.key!r}: no {holder}: {_listed(self.names(in_passage))})", leaf.key)
         if isinstance(leaf, Range):
             if leaf.kind not in kinds:
                 what = "numbers" if leaf.kind == "number" else "ISO-8601 dates"
@@ -226,7 +158,7 @@ class FilterTree(ABC):
                                   f"{_listed(kinds)}", leaf.key)
             return
         values = leaf.values if isinstance(leaf, AnyOf) else (leaf.value,)
-        if set(_grouped(values)) <= set(kinds):
+        if set(grouped(values)) <= set(kinds):
             return
         for value in values:  # the first value of a kind the field does not hold names it
             kind = kind_of(value)
@@ -234,45 +166,65 @@ class FilterTree(ABC):
                 raise FilterError(f"filter field {leaf.key!r}: {json.dumps(value)} is a {kind}, but the field holds "
                                   f"{_listed(kinds)}", leaf.key)
 
-    def _mask(self, c: Condition) -> np.ndarray:
+    def _mask(self, c: Condition, passage_doc: np.ndarray | ChainedArray | None = None, in_passage: bool = False
+              ) -> np.ndarray:
+        """``c`` evaluated over documents, (D,) bool; with ``passage_doc`` over passages, (P,) bool: a document's
+        mask read through ``passage_doc``, a ``passage`` condition's leaves (``in_passage``) over the passages' own
+        metadata."""
+        if passage_doc is not None and not in_passage and not (isinstance(c, Passage | Not | SearchFilter)
+                                                               and holds_passage(c)):
+            return take(self._mask(c), passage_doc)  # a document condition holds for each of its passages
         if isinstance(c, Not):
-            return ~self._mask(c.condition)
+            return ~self._mask(c.condition, passage_doc, in_passage)
+        if isinstance(c, Passage):
+            return self._mask(c.condition, passage_doc, True)
         if isinstance(c, SearchFilter):
-            return self._filter_mask(c)
-        return self._select(self.found(c))  # (checked by ``documents_of``)
+            return self._filter_mask(c, passage_doc, in_passage)
+        return self._select(self.found(c, in_passage), in_passage)  # (checked by ``documents_of``)
 
-    def _filter_mask(self, flt: SearchFilter) -> np.ndarray:
+    def _filter_mask(self, flt: SearchFilter, passage_doc: np.ndarray | ChainedArray | None = None,
+                     in_passage: bool = False) -> np.ndarray:
         masks = []
-        if flt.doc_ids is not None:
+        if flt.doc_ids is not None:  # (not in a passage condition: refused there)
             masks.append(self._select(self.numbers_of(flt.spelled_ids)))
         if flt.title_prefix is not None:
             masks.append(self._select(self.titled(flt.title_prefix)))
-        masks += [self._select(self.found(Match(k, v))) for k, v in flt.meta or ()]
-        masks += [self._mask(c) for c in flt.must or ()]
+        if passage_doc is not None:
+            masks = [take(m, passage_doc) for m in masks]
+        masks += [self._mask(Match(k, v), passage_doc, in_passage) for k, v in flt.meta or ()]
+        masks += [self._mask(c, passage_doc, in_passage) for c in flt.must or ()]
         if flt.should is not None:
-            masks.append(np.logical_or.reduce([self._mask(c) for c in flt.should]))
+            masks.append(np.logical_or.reduce([self._mask(c, passage_doc, in_passage) for c in flt.should]))
         if flt.must_not is not None:
-            masks.append(~np.logical_or.reduce([self._mask(c) for c in flt.must_not]))
+            masks.append(~np.logical_or.reduce([self._mask(c, passage_doc, in_passage) for c in flt.must_not]))
         if not masks:
-            return np.ones(self.documents, dtype=bool)
+            return np.ones(self.documents if passage_doc is None else len(passage_doc), dtype=bool)
         return np.logical_and.reduce(masks) if len(masks) > 1 else masks[0]
 
-    def _select(self, docs: np.ndarray) -> np.ndarray:
-        mask = np.zeros(self.documents, dtype=bool)
-        mask[docs] = True
+    def _select(self, found: np.ndarray, in_passage: bool = False) -> np.ndarray:
+        mask = np.zeros(self.passages if in_passage else self.documents, dtype=bool)
+        mask[found] = True
         return mask
 
 
 class FieldIndex(FilterTree):
-    """The documents' ids, titles and metadata fields, indexed for filters (see the module docstring).
+    """The documents' ids, titles and metadata fields, and their passages' own metadata fields, indexed for filters
+    (see the module docstring).
 
     ``ids`` and ``titles`` are the document store's (``docs.jsonl``, in document order); ``title_order`` the
-    document numbers sorted by title; ``fields`` every metadata field by name.
+    document numbers sorted by title; ``fields`` every metadata field by name; ``passage_fields`` every field of the
+    passages' own metadata (``passages.jsonl``'s ``meta``), numbered by passage, or None to build them from
+    ``passage_records`` at the first ``passage`` condition (an index whose ``doc_fields.npz`` was written before
+    they were kept in it).
     """
 
-    def __init__(self, ids: list[str], titles: list[str], title_order: np.ndarray, fields: dict[str, Field]):
+    def __init__(self, ids: list[str], titles: list[str], title_order: np.ndarray, fields: dict[str, Field],
+                 passage_fields: dict[str, Field] | None = None,
+                 passage_records: Sequence[Mapping[str, Any]] = ()):
         self.ids, self.titles, self.title_order, self.fields = ids, titles, title_order, fields
         self.number_of = {doc_id: d for d, doc_id in enumerate(ids)}  # the last document of a repeated id
+        self._passage_fields, self._passage_records = passage_fields, passage_records
+        self._passages = len(passage_records)
 
     @functools.cached_property
     def respelled(self) -> dict[str, list[str]]:
@@ -285,55 +237,48 @@ class FieldIndex(FilterTree):
     def documents(self) -> int:
         return len(self.ids)
 
+    @property
+    def passages(self) -> int:
+        return self._passages
+
+    @property
+    def passage_fields(self) -> dict[str, Field]:
+        """The passages' own metadata fields, built from the passage records at the first call where the field
+        index was read from a file that does not hold them (about 0.1 s a million passages without metadata)."""
+        if self._passage_fields is None:
+            self._passage_fields = fields_of(enumerate(p.get("meta") for p in self._passage_records))
+            self._passage_records = ()  # (the index's own list: not held twice)
+        return self._passage_fields
+
     @classmethod
-    def build(cls, docs: list[Mapping[str, Any]]) -> FieldIndex:
-        """The field index of document records (``docs.jsonl``'s ``{"id", "title", "meta"}``)."""
-        raw: dict[str, dict[str, tuple[list[Any], list[int]]]] = {}
-        for d, doc in enumerate(docs):
-            for key, value in (doc.get("meta") or {}).items():
-                per_kind = raw.setdefault(key, {})
-                for v in elements(value):
-                    kind = kind_of(v)
-                    if kind is None or (kind == "number" and finite_float(v) is None):
-                        continue  # an object or a nested list (or NaN, or beyond a float): matches no condition
-                    bucket = "true" if v is True else "false" if v is False else kind
-                    values, numbers = per_kind.setdefault(bucket, ([], []))
-                    values.append(v)
-                    numbers.append(d)
-                    at = parse_date(v) if kind == "string" else None
-                    if at is not None:
-                        values, numbers = per_kind.setdefault("date", ([], []))
-                        values.append(at)
-                        numbers.append(d)
-        fields = {key: _field(per_kind) for key, per_kind in raw.items()}
+    def build(cls, docs: list[Mapping[str, Any]], passages: Sequence[Mapping[str, Any]] = ()) -> FieldIndex:
+        """The field index of document records (``docs.jsonl``'s ``{"id", "title", "meta"}``) and of their passages'
+        records (``passages.jsonl``'s, of which only ``meta`` is read; its fields built at the first ``passage``
+        condition, or by ``save``)."""
+        fields = fields_of(enumerate(doc.get("meta") for doc in docs))
         titles = [doc["title"] for doc in docs]
         order = np.asarray(sorted(range(len(titles)), key=titles.__getitem__), dtype=np.int32)
-        return cls([doc["id"] for doc in docs], titles, order, fields)
+        return cls([doc["id"] for doc in docs], titles, order, fields, None, passages)
 
     # --- the file -----------------------------------------------------------------------------------------------
 
     def save(self, path: Path) -> None:
         """Write the field index to exactly ``path`` (an npz: a JSON header and the arrays, no pickles)."""
-        header: dict[str, Any] = {"format": FORMAT, "documents": self.documents, "fields": []}
+        header: dict[str, Any] = {"format": FORMAT, "documents": self.documents, "passages": self.passages}
         arrays: dict[str, np.ndarray] = {"title_order": self.title_order}
-        for i, (name, f) in enumerate(self.fields.items()):
-            header["fields"].append({"name": name, "strings": f.strings})
-            for part in ("true", "false", "null", "string_starts", "string_docs"):
-                if getattr(f, part) is not None:
-                    arrays[f"f{i}.{part}"] = getattr(f, part)
-            for part in ("numbers", "dates"):
-                postings = getattr(f, part)
-                if postings is not None:
-                    arrays[f"f{i}.{part}.values"], arrays[f"f{i}.{part}.docs"] = postings.values, postings.docs
+        header["fields"] = fields_to_arrays(self.fields, "f", arrays)
+        header["passage_fields"] = fields_to_arrays(self.passage_fields, "p", arrays)
         arrays[HEADER] = np.frombuffer(json.dumps(header, ensure_ascii=False).encode("utf-8"), dtype=np.uint8)
         buf = io.BytesIO()
         np.savez(buf, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds as the allow_pickle flag
         path.write_bytes(buf.getvalue())
 
     @classmethod
-    def load(cls, path: Path, docs: list[Mapping[str, Any]]) -> FieldIndex:
-        """Read ``path`` for the document records ``docs``; ValueError when it does not fit them (the caller names
-        the file)."""
+    def load(cls, path: Path, docs: list[Mapping[str, Any]], passages: Sequence[Mapping[str, Any]] = ()
+             ) -> FieldIndex:
+        """Read ``path`` for the document records ``docs`` and passage records ``passages``; ValueError when it does
+        not fit them (the caller names the file). A file written before passage fields were kept in it has them
+        built from ``passages`` at the first ``passage`` condition."""
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
         header = json.loads(arrays.pop(HEADER).tobytes().decode("utf-8"))
@@ -341,33 +286,30 @@ class FieldIndex(FilterTree):
             raise ValueError(f"field index format {header.get('format')!r} (this spanseek reads {FORMAT})")
         if header.get("documents") != len(docs):
             raise ValueError(f"{header.get('documents')} documents, the document store has {len(docs)}")
-        fields = {}
-        for i, spec in enumerate(header["fields"]):
-            f = Field(strings=spec.get("strings"))
-            for part in ("true", "false", "null", "string_starts", "string_docs"):
-                setattr(f, part, arrays.get(f"f{i}.{part}"))
-            for part in ("numbers", "dates"):
-                if f"f{i}.{part}.values" in arrays:
-                    setattr(f, part, Postings(arrays[f"f{i}.{part}.values"], arrays[f"f{i}.{part}.docs"]))
-            fields[spec["name"]] = f
-        return cls([d["id"] for d in docs], [d["title"] for d in docs], arrays["title_order"], fields)
+        if "passage_fields" in header and header.get("passages") != len(passages):
+            raise ValueError(f"{header.get('passages')} passages, the passage store has {len(passages)}")
+        fields = fields_from_arrays(header["fields"], "f", arrays)
+        passage_fields = (fields_from_arrays(header["passage_fields"], "p", arrays) if "passage_fields" in header
+                          else None)
+        return cls([d["id"] for d in docs], [d["title"] for d in docs], arrays["title_order"], fields,
+                   passage_fields, passages)
 
     # --- filters ------------------------------------------------------------------------------------------------
 
-    def kinds_of(self, key: str) -> list[Kind] | None:
-        f = self.fields.get(key)
+    def kinds_of(self, key: str, in_passage: bool = False) -> list[Kind] | None:
+        f = (self.passage_fields if in_passage else self.fields).get(key)
         return None if f is None else f.kinds
 
-    def names(self) -> list[str]:
-        return sorted(self.fields)
+    def names(self, in_passage: bool = False) -> list[str]:
+        return sorted(self.passage_fields if in_passage else self.fields)
 
-    def found(self, leaf: Match | AnyOf | Range) -> np.ndarray:
-        f = self.fields.get(leaf.key)
+    def found(self, leaf: Match | AnyOf | Range, in_passage: bool = False) -> np.ndarray:
+        f = (self.passage_fields if in_passage else self.fields).get(leaf.key)
         if f is None:
-            return _NONE
+            return NONE
         if isinstance(leaf, Range):
             postings = f.numbers if leaf.kind == "number" else f.dates
-            return _NONE if postings is None else postings.between(leaf)
+            return NONE if postings is None else postings.between(leaf)
         return f.any_of(leaf.values if isinstance(leaf, AnyOf) else (leaf.value,))
 
     def titled(self, prefix: str) -> np.ndarray:
@@ -389,6 +331,7 @@ class JoinedFieldIndex(FilterTree):
     def __init__(self, first: FilterTree, *then: FilterTree):
         self.parts = (first, *then)
         self.offsets = list(itertools.accumulate((p.documents for p in self.parts), initial=0))
+        self.passage_offsets = list(itertools.accumulate((p.passages for p in self.parts), initial=0))
         self.ids = functools.reduce(Chained, (p.ids for p in then), first.ids)
         shifted = [_shifted(p, at) for p, at in zip(then[::-1], self.offsets[-2:0:-1], strict=True)]
         self.number_of = ChainMap(*shifted, first.number_of)  # type: ignore[arg-type]  # (a read-only view)
@@ -397,27 +340,33 @@ class JoinedFieldIndex(FilterTree):
     def documents(self) -> int:
         return self.offsets[-1]
 
+    @property
+    def passages(self) -> int:
+        return self.passage_offsets[-1]
+
     @functools.cached_property
     def respelled(self) -> Mapping[str, Sequence[str]]:
         return functools.reduce(joined, (p.respelled for p in self.parts))
 
-    def kinds_of(self, key: str) -> list[Kind] | None:
-        held = [k for p in self.parts if (k := p.kinds_of(key)) is not None]
+    def kinds_of(self, key: str, in_passage: bool = False) -> list[Kind] | None:
+        held = [k for p in self.parts if (k := p.kinds_of(key, in_passage)) is not None]
         if len(held) < 2:
             return held[0] if held else None
         return [k for k in typing.get_args(Kind) if any(k in h for h in held)]
 
-    def names(self) -> list[str]:
-        return sorted({n for p in self.parts for n in p.names()})
+    def names(self, in_passage: bool = False) -> list[str]:
+        return sorted({n for p in self.parts for n in p.names(in_passage)})
 
-    def found(self, leaf: Match | AnyOf | Range) -> np.ndarray:
-        return self._joined([p.found(leaf) for p in self.parts])
+    def found(self, leaf: Match | AnyOf | Range, in_passage: bool = False) -> np.ndarray:
+        return self._joined([p.found(leaf, in_passage) for p in self.parts],
+                            self.passage_offsets if in_passage else self.offsets)
 
     def titled(self, prefix: str) -> np.ndarray:
-        return self._joined([p.titled(prefix) for p in self.parts])
+        return self._joined([p.titled(prefix) for p in self.parts], self.offsets)
 
-    def _joined(self, found: list[np.ndarray]) -> np.ndarray:
-        return np.concatenate([f.astype(np.int64) + at for f, at in zip(found, self.offsets[:-1], strict=True)])
+    @staticmethod
+    def _joined(found: list[np.ndarray], offsets: list[int]) -> np.ndarray:
+        return np.concatenate([f.astype(np.int64) + at for f, at in zip(found, offsets[:-1], strict=True)])
 
 
 def _shifted(part: FilterTree, offset: int) -> Mapping[str, int]:
@@ -427,31 +376,6 @@ def _shifted(part: FilterTree, offset: int) -> Mapping[str, int]:
     if made is None or made[0] != offset:
         made = part.__dict__["_shifted"] = (offset, {doc_id: offset + d for doc_id, d in part.number_of.items()})
     return made[1]
-
-
-_KIND_OF_TYPE: dict[type, Kind] = {int: "number", float: "number", str: "string", bool: "boolean",
-                                   type(None): "null"}
-
-
-def _grouped(values: tuple[MetaValue, ...]) -> dict[Kind | None, list[MetaValue]]:
-    """``values`` by their kind (``kind_of``), in the order given; values of one type (the usual filter) in one
-    step, by their types rather than a check of each value."""
-    types = set(map(type, values))
-    kinds = {_KIND_OF_TYPE.get(t) for t in types}
-    if len(kinds) == 1 and None not in kinds:
-        return {kinds.pop(): list(values)}
-    grouped: dict[Kind | None, list[MetaValue]] = {}
-    for v in values:  # mixed kinds, or a subclass of a JSON type (judged as kind_of judges it)
-        grouped.setdefault(kind_of(v), []).append(v)
-    return grouped
-
-
-def run_positions(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """The positions ``starts[i]:ends[i]`` of every run, one after another: ``np.concatenate`` of the aranges
-    without a Python step per run."""
-    lengths = ends - starts
-    before = np.cumsum(lengths) - lengths  # where each run starts in the output
-    return np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(starts - before, lengths)
 
 
 def _after(prefix: str) -> str | None:
@@ -466,21 +390,3 @@ def _listed(names: list[str]) -> str:
     return (shown + f" and {len(names) - 20} more" if len(names) > 20 else shown) or "none"
 
 
-def _field(per_kind: dict[str, tuple[list[Any], list[int]]]) -> Field:
-    """A ``Field`` from each kind's (values, documents) in document order."""
-    f = Field()
-    for bucket, (values, docs) in per_kind.items():
-        if bucket == "number":
-            f.numbers = Postings.of(values, docs, np.float64)
-        elif bucket == "date":
-            f.dates = Postings.of(values, docs, np.int64)
-        elif bucket == "string":
-            f.strings = sorted(set(values))
-            code = {s: i for i, s in enumerate(f.strings)}
-            codes = np.fromiter((code[v] for v in values), dtype=np.int64, count=len(values))
-            order = np.argsort(codes, kind="stable")
-            f.string_docs = np.asarray(docs, dtype=np.int32)[order]
-            f.string_starts = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=len(f.strings)))])
-        else:
-            setattr(f, bucket, np.asarray(docs, dtype=np.int32))
-    return f

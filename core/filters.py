@@ -204,7 +204,8 @@ class Match(_Keyed):
     def _key(self) -> tuple[Any, ...]:
         return self.key, _tagged(self.value)
 
-    def matches(self, doc_id: str, title: str, meta: Mapping[str, Any]) -> bool:
+    def matches(self, doc_id: str, title: str, meta: Mapping[str, Any], passage_meta: Mapping[str, Any] | None = None
+                ) -> bool:
         return self.key in meta and any(same(v, self.value) for v in elements(meta[self.key]))
 
     def to_json(self) -> dict[str, Any]:
@@ -237,7 +238,8 @@ class AnyOf(_Keyed):
         return (self.key, frozenset(v for v in self.values if not isinstance(v, bool)),
                 frozenset(v for v in self.values if isinstance(v, bool)))
 
-    def matches(self, doc_id: str, title: str, meta: Mapping[str, Any]) -> bool:
+    def matches(self, doc_id: str, title: str, meta: Mapping[str, Any], passage_meta: Mapping[str, Any] | None = None
+                ) -> bool:
         return self.key in meta and any(same(v, w) for v in elements(meta[self.key]) for w in self.values)
 
     def to_json(self) -> dict[str, Any]:
@@ -300,7 +302,8 @@ class Range(_Keyed):
         return ((gt is None or x > gt) and (gte is None or x >= gte) and (lt is None or x < lt)
                 and (lte is None or x <= lte))
 
-    def matches(self, doc_id: str, title: str, meta: Mapping[str, Any]) -> bool:
+    def matches(self, doc_id: str, title: str, meta: Mapping[str, Any], passage_meta: Mapping[str, Any] | None = None
+                ) -> bool:
         if self.key not in meta:
             return False
         for v in elements(meta[self.key]):
@@ -327,11 +330,66 @@ class Not(_Keyed):
     def _key(self) -> tuple[Any, ...]:
         return (self.condition,)
 
-    def matches(self, doc_id: str, title: str, meta: Mapping[str, Any]) -> bool:
-        return not self.condition.matches(doc_id, title, meta)
+    def matches(self, doc_id: str, title: str, meta: Mapping[str, Any], passage_meta: Mapping[str, Any] | None = None
+                ) -> bool:
+        return not self.condition.matches(doc_id, title, meta, passage_meta)
 
     def to_json(self) -> dict[str, Any]:
         return {"not": self.condition.to_json()}
+
+
+@dataclass(frozen=True, eq=False)
+class Passage(_Keyed):
+    """The condition holds for the passage's own metadata (``passage_meta``: a PDF page's ``page``, a section),
+    not its document's: ``{"passage": {"key": "page", "range": {"gte": 10, "lte": 20}}}``. A filter that holds one
+    selects passages rather than whole documents (a document's other passages are not returned, and a document
+    scores by its passages that pass). Inside, keys name passage metadata; ``doc_ids``, ``title_prefix`` and another
+    ``passage`` have no meaning there and are refused."""
+
+    condition: Condition
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.condition, CONDITION_TYPES):
+            raise FilterError(f"passage: expected a condition, got {self.condition!r}")
+        problem = passage_scope_problem(self.condition)
+        if problem is not None:
+            raise FilterError(problem)
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.condition,)
+
+    def matches(self, doc_id: str, title: str, meta: Mapping[str, Any], passage_meta: Mapping[str, Any] | None = None
+                ) -> bool:
+        return self.condition.matches(doc_id, title, passage_meta or {})
+
+    def to_json(self) -> dict[str, Any]:
+        return {"passage": self.condition.to_json()}
+
+
+def passage_scope_problem(c: Any, where: str = "passage") -> str | None:
+    """Why a condition, in its core or its JSON form, cannot be a ``passage`` condition's (a document's ids or title,
+    which a passage's own metadata does not hold, or a ``passage`` condition inside another), naming its place from
+    ``where``; None when it can. The JSON form is checked by the service's schema (422), the core form when it is
+    made."""
+    def part(name: str) -> Any:
+        return c.get(name) if isinstance(c, Mapping) else getattr(c, name, None)
+
+    if isinstance(c, Passage) or (isinstance(c, Mapping) and "passage" in c and "key" not in c):
+        return f"{where}: a passage condition inside another; its keys already name passage metadata"
+    if isinstance(c, Not) or (isinstance(c, Mapping) and "not" in c and "key" not in c):
+        return passage_scope_problem(part("not") if isinstance(c, Mapping) else c.condition, f"{where}.not")
+    if not isinstance(c, SearchFilter | Mapping) or (isinstance(c, Mapping) and "key" in c):
+        return None
+    for name in ("doc_ids", "title_prefix"):
+        if part(name) is not None:
+            return (f"{where}: {name} is a condition on documents, not on a passage's own metadata; give it outside "
+                    "the passage condition")
+    for name in ("must", "should", "must_not"):
+        for i, inner in enumerate(part(name) if isinstance(part(name), list | tuple) else ()):
+            problem = passage_scope_problem(inner, f"{where}.{name}[{i}]")
+            if problem is not None:
+                return problem
+    return None
 
 
 @dataclass(frozen=True, eq=False)
@@ -395,7 +453,7 @@ class SearchFilter(_Keyed):
                 raise FilterError(f"filter {part} is empty; give at least one condition or leave it out")
             for c in conditions:
                 if not isinstance(c, CONDITION_TYPES):
-                    raise FilterError(f"filter {part}: expected conditions (Match, AnyOf, Range, Not, SearchFilter), "
+                    raise FilterError(f"filter {part}: expected conditions (Match, AnyOf, Range, Not, Passage, SearchFilter), "
                                       f"got {c!r}")
             object.__setattr__(self, part, conditions)
         problem = size_problem(self)  # (nested filters are made inside out: the first one too deep says so)
@@ -425,8 +483,10 @@ class SearchFilter(_Keyed):
         ids = None if self.doc_ids is None else frozenset(self.doc_ids)
         return ids, self.title_prefix, meta, self.must, self.should, self.must_not
 
-    def matches(self, doc_id: str, title: str, meta: Mapping[str, Any]) -> bool:
-        """Whether a document (its id, title and metadata) passes the filter: the definition, one document at a
+    def matches(self, doc_id: str, title: str, meta: Mapping[str, Any], passage_meta: Mapping[str, Any] | None = None
+                ) -> bool:
+        """Whether a document (its id, title and metadata) passes the filter, or with ``passage_meta`` one of its
+        passages (``passage`` conditions read the passage's own metadata, None: none): the definition, one at a
         time (a search evaluates the filter over the index's field index, ``core.fieldindex``)."""
         if self.doc_ids is not None and doc_id not in self.spelled_ids:
             return False
@@ -434,29 +494,31 @@ class SearchFilter(_Keyed):
             return False
         if not all(Match(key, value).matches(doc_id, title, meta) for key, value in self.meta or ()):
             return False
-        args = (doc_id, title, meta)
+        args = (doc_id, title, meta, passage_meta)
         return (all(c.matches(*args) for c in self.must or ()) and
                 (self.should is None or any(c.matches(*args) for c in self.should)) and
                 not any(c.matches(*args) for c in self.must_not or ()))
 
     def leaves(self) -> Iterator[Match | AnyOf | Range]:
         """Every field condition of the tree (``meta`` pairs as ``Match``), for checks against the index's fields."""
-        return (leaf for _, leaf in self.placed_leaves())
+        return (leaf for _, leaf, _ in self.placed_leaves())
 
-    def placed_leaves(self, where: str = _ROOT) -> Iterator[tuple[str, Match | AnyOf | Range]]:
+    def placed_leaves(self, where: str = _ROOT, in_passage: bool = False
+                      ) -> Iterator[tuple[str, Match | AnyOf | Range, bool]]:
         """``leaves`` with each one's place in the filter's JSON form (``filter.must[1].not``; a ``meta`` pair, whose
-        key names it in its filter, the filter's place)."""
+        key names it in its filter, the filter's place), and whether it reads a passage's own metadata (it lies in a
+        ``passage`` condition)."""
         for key, value in self.meta or ():
-            yield where, Match(key, value)
+            yield where, Match(key, value), in_passage
         for part in ("must", "should", "must_not"):
             for i, c in enumerate(getattr(self, part) or ()):
-                place = f"{where}.{part}[{i}]"
-                while isinstance(c, Not):
-                    c, place = c.condition, f"{place}.not"
-                if isinstance(c, SearchFilter):
-                    yield from c.placed_leaves(place)
-                else:
-                    yield place, c
+                yield from _placed(c, f"{where}.{part}[{i}]", in_passage)
+
+    @functools.cached_property
+    def reads_passages(self) -> bool:
+        """Whether a condition of the tree reads a passage's own metadata (``Passage``): the filter then selects
+        passages, not whole documents."""
+        return holds_passage(self)
 
     def to_json(self) -> dict[str, Any]:
         """The filter's JSON form (what ``from_json`` reads; the HTTP ``filter`` field)."""
@@ -478,13 +540,36 @@ class SearchFilter(_Keyed):
         return _filter_from_json(obj, _ROOT)
 
 
-Condition = Union[Match, AnyOf, Range, Not, SearchFilter]  # noqa: UP007  (a runtime alias of classes defined above)
-CONDITION_TYPES = (Match, AnyOf, Range, Not, SearchFilter)
+Condition = Union[Match, AnyOf, Range, Not, Passage, SearchFilter]  # noqa: UP007  (a runtime alias of classes above)
+CONDITION_TYPES = (Match, AnyOf, Range, Not, Passage, SearchFilter)
+
+
+def _placed(c: Condition, place: str, in_passage: bool) -> Iterator[tuple[str, Match | AnyOf | Range, bool]]:
+    """The field conditions of ``c`` at ``place`` (``SearchFilter.placed_leaves``)."""
+    while isinstance(c, Not | Passage):
+        in_passage = in_passage or isinstance(c, Passage)
+        c, place = c.condition, f"{place}.{'not' if isinstance(c, Not) else 'passage'}"
+    if isinstance(c, SearchFilter):
+        yield from c.placed_leaves(place, in_passage)
+    else:
+        yield place, c, in_passage
+
+
+def holds_passage(c: Condition) -> bool:
+    """Whether ``c`` holds a ``Passage`` condition (one of no field conditions too: ``{"passage": {}}``)."""
+    if isinstance(c, Passage):
+        return True
+    if isinstance(c, Not):
+        return holds_passage(c.condition)
+    return isinstance(c, SearchFilter) and any(holds_passage(x) for part in ("must", "should", "must_not")
+                                               for x in getattr(c, part) or ())
 FILTER_KEYS = ("doc_ids", "title_prefix", "meta", "must", "should", "must_not")
 
 
 def _passes_all(c: Condition) -> bool:
     """Whether every document passes ``c``, by its structure alone (``SearchFilter.passes_everything``)."""
+    if isinstance(c, Passage):
+        return _passes_all(c.condition)
     if isinstance(c, Not):
         return _passes_none(c.condition)
     if not isinstance(c, SearchFilter):
@@ -497,6 +582,8 @@ def _passes_all(c: Condition) -> bool:
 
 def _passes_none(c: Condition) -> bool:
     """Whether no document passes ``c``, by its structure alone (a ``must_not`` of it then constrains nothing)."""
+    if isinstance(c, Passage):
+        return _passes_none(c.condition)
     if isinstance(c, Not):
         return _passes_all(c.condition)
     if not isinstance(c, SearchFilter):
@@ -509,20 +596,20 @@ def _passes_none(c: Condition) -> bool:
 def _inner(c: Any) -> tuple[Any, ...] | None:
     """The conditions directly inside ``c``, a condition in its core or its JSON form; None for a field condition
     (``Match``, ``AnyOf``, ``Range``, an object with ``key``, or anything else, which holds none)."""
-    if isinstance(c, Not):
+    if isinstance(c, Not | Passage):
         return (c.condition,)
     if isinstance(c, SearchFilter):
         return (*(c.must or ()), *(c.should or ()), *(c.must_not or ()))
     if not isinstance(c, Mapping) or "key" in c:
         return None
-    if "not" in c:
-        return (c["not"],)
+    if "not" in c or "passage" in c:
+        return (c.get("not", c.get("passage")),)
     return tuple(x for part in FILTER_KEYS[3:] if isinstance(c.get(part), list) for x in c[part])
 
 
 def _shape(c: Any, levels: int = MAX_FILTER_DEPTH + 1) -> tuple[int, int]:
-    """(conditions, depth) of a condition tree, in its core or its JSON form: every filter, ``not`` and field
-    condition counts one; a filter or ``not`` adds a level. Only ``levels`` levels are walked: a deeper tree has its
+    """(conditions, depth) of a condition tree, in its core or its JSON form: every filter, ``not``, ``passage`` and
+    field condition counts one; a filter, ``not`` or ``passage`` adds a level. Only ``levels`` levels are walked: a deeper tree has its
     depth counted as more than that, and the conditions below uncounted (it is refused for its depth)."""
     inner = _inner(c)
     if inner is None:
@@ -535,11 +622,11 @@ def _shape(c: Any, levels: int = MAX_FILTER_DEPTH + 1) -> tuple[int, int]:
 
 def size_problem(c: Any) -> str | None:
     """Why a filter, in its core or its JSON form, is larger than a filter may be (nested more than
-    ``MAX_FILTER_DEPTH`` levels of filters and ``not``, or more than ``MAX_FILTER_CONDITIONS`` conditions in all,
+    ``MAX_FILTER_DEPTH`` levels of filters, ``not`` and ``passage``, or more than ``MAX_FILTER_CONDITIONS`` conditions in all,
     nested ones included), or None. The JSON form is checked before its parts are read (the service's schema)."""
     size, depth = _shape(c)
     if depth > MAX_FILTER_DEPTH:
-        return f"filter nested too deeply: more than {MAX_FILTER_DEPTH} levels of filters and not"
+        return f"filter nested too deeply: more than {MAX_FILTER_DEPTH} levels of filters, not and passage"
     if size > MAX_FILTER_CONDITIONS:
         return (f"filter too large: {size} conditions (at most {MAX_FILTER_CONDITIONS} in all; every filter, not and "
                 "field condition counts, nested ones included)")
@@ -552,7 +639,7 @@ def _filter_from_json(obj: Any, where: str) -> SearchFilter:
     unknown = sorted(set(obj) - set(FILTER_KEYS))
     if unknown:
         raise FilterError(f"{where}: unknown key {unknown[0]!r} (a filter has {', '.join(FILTER_KEYS)}; a condition "
-                          "has key with match, any or range, or not)")
+                          "has key with match, any or range, or not, or passage)")
     parts: dict[str, Any] = {k: obj[k] for k in FILTER_KEYS[:3] if obj.get(k) is not None}
     if isinstance(parts.get("meta"), Mapping):
         parts["meta"] = tuple(parts["meta"].items())
@@ -572,6 +659,10 @@ def condition_from_json(obj: Any, where: str = "condition") -> Condition:
         if len(obj) != 1:
             raise FilterError(f"{where}: a not condition has no other keys, got {sorted(obj)}")
         return Not(condition_from_json(obj["not"], f"{where}.not"))
+    if "passage" in obj:
+        if len(obj) != 1:
+            raise FilterError(f"{where}: a passage condition has no other keys, got {sorted(obj)}")
+        return at_place(where, Passage, condition_from_json(obj["passage"], f"{where}.passage"))
     if "key" not in obj:
         return _filter_from_json(obj, where)
     forms = [f for f in ("match", "any", "range") if f in obj]

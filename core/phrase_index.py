@@ -26,8 +26,10 @@ An index directory (written by ``spanseek index build``) holds:
                          the store then holds the kept tokens' rows only (``core.fine_store.RowMap``).
 - ``deleted.npy``        (k,) int64, optional: the sorted document numbers deleted (``spanseek index delete`` or
                          replaced by ``index upsert``); their passages are never returned; ``index compact`` drops them.
-- ``doc_fields.npz``     the field index of the documents' ids, titles and metadata, which filters are evaluated
-                         over (``core.fieldindex``); absent in indexes built before it (built in memory at first use).
+- ``doc_fields.npz``     the field index of the documents' ids, titles and metadata and of the passages' own
+                         metadata, which filters are evaluated over (``core.fieldindex``); absent in indexes built
+                         before it (built in memory at first use; the passages' part, absent in those built before
+                         it, likewise at the first filter on passage metadata).
 - ``lexical/``           the BM25 index of the passages (``core.lexical``), recorded in ``manifest.lexical`` with
                          the fusion defaults; absent in indexes built before it (``spanseek index add-lexical``).
 
@@ -489,7 +491,7 @@ class PhraseIndex:
         self.deleted_docs = _read(d / DELETED, np.load) if self._has(DELETED) else np.zeros(0, np.int64)
         self._fields: FilterTree | None = None
         if self._has(FIELDS):
-            self._fields = _read(d / FIELDS, lambda p: FieldIndex.load(p, self.docs))
+            self._fields = _read(d / FIELDS, lambda p: FieldIndex.load(p, self.docs, self.passages))
         if len(self.deleted_docs) and (self.deleted_docs.min() < 0 or self.deleted_docs.max() >= len(self.docs)):
             raise IndexFormatError(f"{d / DELETED}: document numbers outside 0..{len(self.docs) - 1}; rebuild the index")
         if not (d / FAISS_INDEX).is_file():  # faiss would raise its own RuntimeError
@@ -546,7 +548,7 @@ class PhraseIndex:
         before it, one built from the document store at the first use."""
         if self._fields is None:
             log.info("%s: no %s (built before it); building the field index in memory", self.dir, FIELDS)
-            self._fields = FieldIndex.build(self.docs)
+            self._fields = FieldIndex.build(self.docs, self.passages)
         return self._fields
 
     @fields.setter

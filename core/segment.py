@@ -249,7 +249,7 @@ def live_fields(base: PhraseIndex, segment: Sequence[EncodedDocument]) -> Joined
     """The field index of ``base``'s documents followed by ``segment``'s: the base's built once a base, the segment's
     runs of documents once a run (``core.segment_log``), shared by the base's snapshots."""
     return JoinedFieldIndex(base.fields, *(c.part for c in segment_chunks(
-        base, "fields", segment, lambda docs, _: FieldIndex.build([doc.record for doc in docs]))))
+        base, "fields", segment, lambda docs, _: FieldIndex.build([doc.record for doc in docs], [p for doc in docs for p in doc.passages]))))
 
 
 def live_lexical(base: PhraseIndex, base_terms: BaseTerms, segment: Sequence[EncodedDocument],

@@ -22,8 +22,9 @@ of a small selection scores), so no later batch of the same filter makes it agai
 (N,) map whatever the batch and however few tokens are allowed, the mask took 6-12 ms and the ids of a selection
 small enough to be scored whole 7-12 ms at 10M tokens (``bench/batch_overheads.py``, 2 shared AMD EPYC cores).
 
-Deleted documents and filters select whole documents, so every span (which never crosses a passage) of an allowed
-token lies in an allowed passage.
+Deleted documents and filters select whole documents, or, with a ``passage`` condition (``core.filters.Passage``),
+passages; either way every span (which never crosses a passage) of an allowed token lies in an allowed passage. A
+filter that selects passages counts its units and tokens over its passages, O(P), not over its documents.
 
 An exhaustive (flat) faiss index scores a batch of queries with one matrix product (BLAS), but falls back to one
 query at a time when given a selector (faiss 1.15), which made a batch of 64 questions 3.4x slower with 20 of 22
@@ -152,12 +153,25 @@ class Selection:
 
 def allowed_documents(index: PhraseIndex, flt: SearchFilter | None) -> np.ndarray | None:
     """(D,) bool: documents not deleted that pass ``flt`` (FilterError naming a field the index cannot filter on);
-    None when that is every document."""
+    None when that is every document. ``flt`` selects whole documents (no ``passage`` condition: ``select``)."""
     if flt is None and not len(index.deleted_docs):
         return None
     allowed = index.fields.documents_of(flt) if flt is not None else np.ones(len(index.docs), dtype=bool)
     allowed[index.deleted_docs] = False
     return allowed
+
+
+def allowed_passages(index: PhraseIndex, flt: SearchFilter, passage_doc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """((P,) bool, (D,) bool): the passages of documents not deleted that pass ``flt``, a filter that selects
+    passages (``SearchFilter.reads_passages``), and the documents that have one of them."""
+    passages = index.fields.passage_mask(flt, passage_doc)
+    if len(index.deleted_docs):
+        live = np.ones(len(index.docs), dtype=bool)
+        live[index.deleted_docs] = False
+        passages &= take(live, passage_doc)
+    docs = np.zeros(len(index.docs), dtype=bool)
+    docs[passage_doc[passages]] = True
+    return passages, docs
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
@@ -175,6 +189,7 @@ class Layout:
 
     def __init__(self, index: PhraseIndex, unit_of_passage: dict[str, np.ndarray]):
         self.index = index
+        self.unit_of_passage = unit_of_passage
         self.passage_doc = unit_of_passage["doc"]
         parts = getattr(index, "token_parts", None)
         if parts is None:
@@ -207,6 +222,12 @@ class Layout:
         """Units of the allowed documents (all of them for None), per unit."""
         return {u: int(per_doc.sum() if docs is None else per_doc[docs].sum()) for u, per_doc in
                 self.units_per_doc.items()}
+
+    def passage_counts(self, passages: np.ndarray) -> tuple[dict[str, int], int]:
+        """Units of the allowed passages per unit, and their tokens: O(P), for a filter that selects passages
+        rather than whole documents (whose counts are sums over documents)."""
+        units = {u: len(distinct(np.asarray(of[passages], dtype=np.int64))) for u, of in self.unit_of_passage.items()}
+        return units, int(np.diff(self.index.passage_tokens)[passages].sum())
 
     def token_map(self) -> Any:
         """The token -> passage map of the index's tokens (``passage_map``); a live snapshot's: its base's, made once
@@ -284,16 +305,21 @@ def select(index: PhraseIndex, flt: SearchFilter | None, layout: Layout) -> Sele
     """The ``Selection`` of ``index`` for ``flt`` (``layout``: the index's ``Layout``)."""
     import faiss
 
-    docs = allowed_documents(index, flt)
-    if docs is None:
-        return Selection(None, None, None, layout.unit_count(None))
-    passages = take(docs, layout.passage_doc)
+    if flt is not None and flt.reads_passages:  # the passages that pass, of whichever documents
+        passages, docs = allowed_passages(index, flt, layout.passage_doc)
+        unit_count, tokens = layout.passage_counts(passages)
+    else:
+        allowed = allowed_documents(index, flt)
+        if allowed is None:
+            return Selection(None, None, None, layout.unit_count(None))
+        docs, passages = allowed, take(allowed, layout.passage_doc)
+        unit_count, tokens = layout.unit_count(docs), layout.tokens_per_doc[docs].sum()
     bitmap = np.packbits(passages, bitorder="little")  # faiss reads bit (id & 7) of byte (id >> 3)
     inner = faiss.IDSelectorBitmap(len(passages), faiss.swig_ptr(bitmap))
     token_map = layout.token_map()
     selector = faiss.IDSelectorTranslated(token_map, inner)
-    share = float(layout.tokens_per_doc[docs].sum() / max(1, index.num_tokens))
-    return Selection(passages, selector, bitmap, layout.unit_count(docs), docs, share, (inner, token_map))
+    share = float(tokens / max(1, index.num_tokens))
+    return Selection(passages, selector, bitmap, unit_count, docs, share, (inner, token_map))
 
 
 def faiss_search(index: PhraseIndex, x: np.ndarray, k: int, selector: Any, probes: int | None,

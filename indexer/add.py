@@ -402,7 +402,8 @@ def _add_locked(index_dir: Path, old: phrase_index.Manifest, corpus: Path, model
                 staged(index_dir, phrase_index.PASSAGE_TOKENS))
     _concat_jsonl(index_dir / phrase_index.PASSAGES, staging / phrase_index.PASSAGES, staged(index_dir, phrase_index.PASSAGES), D)
     _concat_jsonl(index_dir / phrase_index.DOCS, staging / phrase_index.DOCS, staged(index_dir, phrase_index.DOCS), None)
-    write_fields(staged(index_dir, phrase_index.DOCS), staged(index_dir, phrase_index.FIELDS))  # also for an index without one
+    write_fields(staged(index_dir, phrase_index.DOCS), staged(index_dir, phrase_index.PASSAGES),
+                 staged(index_dir, phrase_index.FIELDS))  # also for an index without one
     names += [phrase_index.TOKEN_PASSAGE, phrase_index.PASSAGE_TOKENS, phrase_index.PASSAGES, phrase_index.DOCS, phrase_index.FIELDS]
 
     new_filter = load_filter_scores(staging)

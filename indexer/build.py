@@ -213,9 +213,10 @@ def shard_precision(out: Path, asked: str, device) -> str:
     return pick_precision(asked, device)
 
 
-def write_fields(docs: Path, dest: Path) -> None:
-    """Write the field index (``core.fieldindex``) of the document store ``docs`` to exactly ``dest``."""
-    FieldIndex.build(phrase_index.read_jsonl(docs)).save(dest)
+def write_fields(docs: Path, passages: Path, dest: Path) -> None:
+    """Write the field index (``core.fieldindex``) of the document store ``docs`` and the passage store ``passages``
+    to exactly ``dest``."""
+    FieldIndex.build(phrase_index.read_jsonl(docs), phrase_index.read_jsonl(passages)).save(dest)
 
 
 def load_filter_scores(index_dir: Path) -> np.ndarray | None:
@@ -419,7 +420,7 @@ def _build_locked(corpus: Path, model: str | Path, model_dir: Path, out: Path, o
                                                   keep=filtered_ids(out, opts.filter_threshold, n_tokens))
     lexical = write_lexical(out)  # 5. BM25 over the passages, and the field index of the documents
     with atomic_path(out / phrase_index.FIELDS) as tmp:
-        write_fields(out / phrase_index.DOCS, tmp)
+        write_fields(out / phrase_index.DOCS, out / phrase_index.PASSAGES, tmp)
     remove_scratch(out)  # leftovers of killed steps would otherwise be taken for index files
 
     # 6. manifest last: its presence marks a finished index

@@ -179,7 +179,8 @@ def compact_index(index_dir: str | Path, opts: BuildOptions | None = None,
                      ({**p, "doc": int(new_doc[p["doc"]])} for p, ok in zip(passages, live_passage, strict=True) if ok))
         _write_jsonl(staged(index_dir, phrase_index.DOCS), (d for d, ok in zip(docs, live_doc, strict=True) if ok))
         write_npy(staged(index_dir, phrase_index.DELETED), np.zeros(0, np.int64))
-        write_fields(staged(index_dir, phrase_index.DOCS), staged(index_dir, phrase_index.FIELDS))
+        write_fields(staged(index_dir, phrase_index.DOCS), staged(index_dir, phrase_index.PASSAGES),
+                     staged(index_dir, phrase_index.FIELDS))
         names += [phrase_index.TOKEN_PASSAGE, phrase_index.PASSAGE_TOKENS, phrase_index.PASSAGES, phrase_index.DOCS, phrase_index.DELETED, phrase_index.FIELDS]
 
         checkpoint()  # (core.stopping: a job asked to stop ends here, or between two of the longer steps below)

@@ -23,12 +23,18 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from spanseek.core.filters import BOUNDS, MAX_FILTER_CONDITIONS, size_problem, value_text
+from spanseek.core.filters import (
+    BOUNDS,
+    MAX_FILTER_CONDITIONS,
+    passage_scope_problem,
+    size_problem,
+    value_text,
+)
 from spanseek.core.ids import MAX_ID_CHARS
 from spanseek.core.io import MAX_META_DEPTH, nesting_depth
 from spanseek.core.params import HIT_WINDOW, Hit, MetaValue, SearchFilter, SearchParams, Unit
 
-__all__ = ["ErrorResponse", "FieldConditionIn", "FilterIn", "NotIn", "RangeIn", "HealthResponse", "HitOut", "InfoResponse", "QueryResult", "ReloadRequest",
+__all__ = ["ErrorResponse", "FieldConditionIn", "FilterIn", "NotIn", "PassageIn", "RangeIn", "HealthResponse", "HitOut", "InfoResponse", "QueryResult", "ReloadRequest",
            "ReloadResponse", "SearchRequest", "SearchResponse", "Timings", "Unit"]
 
 MAX_FILTER_IDS = 10_000  # document ids in one filter
@@ -163,15 +169,38 @@ class NotIn(BaseModel):
     not_: Condition = Field(alias="not", description="the condition negated")
 
 
+class PassageIn(BaseModel):
+    """The condition holds for the passage's own metadata (``passage_meta``), not its document's: the search then
+    returns only the passages that pass (``core.filters.Passage``)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    passage: Condition = Field(description="a condition whose keys name the passage's own metadata (a PDF page's "
+                               "page)", examples=[{"key": "page", "range": {"gte": 10, "lte": 20}}])
+
+    @model_validator(mode="before")
+    @classmethod
+    def _of_passages(cls, data: Any) -> Any:
+        """Refuse what a passage's own metadata cannot answer (``doc_ids``, ``title_prefix``, a passage condition in
+        another) before its parts are validated, naming its place."""
+        problem = passage_scope_problem(data["passage"]) if isinstance(data, dict) and "passage" in data else None
+        if problem is not None:
+            raise ValueError(problem)
+        return data
+
+
 def _condition_form(v: Any) -> str:
-    """Which condition an object is: a field condition (has ``key``), a ``not``, else a nested filter."""
+    """Which condition an object is: a field condition (has ``key``), a ``not``, a ``passage``, else a nested
+    filter."""
     if isinstance(v, dict):
-        return "field" if "key" in v else "not" if "not" in v else "filter"
-    return "field" if isinstance(v, FieldConditionIn) else "not" if isinstance(v, NotIn) else "filter"
+        return "field" if "key" in v else "not" if "not" in v else "passage" if "passage" in v else "filter"
+    return ("field" if isinstance(v, FieldConditionIn) else "not" if isinstance(v, NotIn) else
+            "passage" if isinstance(v, PassageIn) else "filter")
 
 
 Condition = Annotated[Union[Annotated[FieldConditionIn, Tag("field")], Annotated[NotIn, Tag("not")],  # noqa: UP007
-                            Annotated["FilterIn", Tag("filter")]], Discriminator(_condition_form)]
+                            Annotated[PassageIn, Tag("passage")], Annotated["FilterIn", Tag("filter")]],
+                      Discriminator(_condition_form)]
 
 
 class FilterIn(BaseModel):
@@ -210,6 +239,7 @@ class FilterIn(BaseModel):
 
 
 NotIn.model_rebuild()
+PassageIn.model_rebuild()
 FieldConditionIn.model_rebuild()
 
 

@@ -120,6 +120,25 @@ def dup_index(tmp_path_factory, tiny_model_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
+def paged_index(tmp_path_factory, tiny_model_dir) -> Path:
+    """An exact index of ``make_corpus(seed=3)`` (6 documents of 4 passages) whose passages have metadata of their
+    own, a ``page`` (1-4) and a ``section`` (s0-s2); the even documents' metadata says ``lang: en``, the odd ones'
+    ``fr``."""
+    import json
+
+    from spanseek.indexer.build import BuildOptions, build_index
+
+    tmp = tmp_path_factory.mktemp("paged")
+    corpus = make_corpus(seed=3)
+    for n, doc in enumerate(corpus):
+        doc["passage_meta"] = [{"page": p + 1, "section": f"s{(n + p) % 3}"} for p in range(len(doc["paragraphs"]))]
+        doc["meta"] = {"lang": "en" if n % 2 == 0 else "fr"}
+    (tmp / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in corpus))
+    build_index(tmp / "corpus.jsonl", tiny_model_dir, tmp / "index", BuildOptions(progress=False, precision="fp32"))
+    return tmp / "index"
+
+
+@pytest.fixture(scope="session")
 def dup_searcher(dup_index, tiny_model_dir):
     from spanseek.core.loading import open_searcher
 

@@ -94,7 +94,7 @@ def without_documents(index: PhraseIndex, drop: Iterable[int]) -> PhraseIndex:
     sub.passages = [{**index.passages[p], "doc": new_doc[index.passages[p]["doc"]]} for p in keep_p]
     sub.docs = [index.docs[d] for d in keep_docs]
     sub.deleted_docs = np.asarray([new_doc[d] for d in index.deleted_docs.tolist() if d in new_doc], np.int64)
-    sub.fields = FieldIndex.build(sub.docs)
+    sub.fields = FieldIndex.build(sub.docs, sub.passages)
     sub.codes = None
     sub.vector_source = "fine"
     flat = faiss.IndexFlatIP(index.vectors.shape[1])

@@ -273,7 +273,7 @@ def test_a_filter_nested_too_deeply_says_so_however_deep(levels):
     with pytest.raises(FilterError) as refused:
         for _ in range(levels):
             flt = SearchFilter(must=[flt])
-    assert str(refused.value) == f"filter nested too deeply: more than {MAX_FILTER_DEPTH} levels of filters and not"
+    assert str(refused.value) == f"filter nested too deeply: more than {MAX_FILTER_DEPTH} levels of filters, not and passage"
     with pytest.raises(FilterError, match=rf"filter too large: {MAX_FILTER_CONDITIONS + 1} conditions \(at most"):
         SearchFilter(must=[SearchFilter(doc_ids=[str(i)]) for i in range(MAX_FILTER_CONDITIONS)])
 

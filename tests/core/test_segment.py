@@ -215,7 +215,8 @@ def test_a_write_s_snapshot_reads_none_of_its_base_s_documents_or_passages(monke
     base.passage_doc = passage_doc  # (made once a base, for these passages)
     built: list[int] = []
     build = FieldIndex.build
-    monkeypatch.setattr(FieldIndex, "build", staticmethod(lambda docs: built.append(len(docs)) or build(docs)))
+    monkeypatch.setattr(FieldIndex, "build", staticmethod(lambda docs, *passages: built.append(len(docs)) or build(
+        docs, *passages)))
     segment = [encoded({"id": "new", "title": "New", "meta": {"year": 2001}}, rng)]
     live = LiveIndex(base, segment, np.asarray([3], np.int64), empty_like(base.faiss), None)
     assert built == [1]
@@ -1035,7 +1036,8 @@ def counted_builds(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[int
         if threading.get_ident() == me:
             into.append(n)
 
-    monkeypatch.setattr(FieldIndex, "build", classmethod(lambda cls, docs: counted(built, len(docs)) or real(docs)))
+    monkeypatch.setattr(FieldIndex, "build", classmethod(lambda cls, docs, *passages: counted(built, len(docs)) or real(
+        docs, *passages)))
     monkeypatch.setattr(SegmentPostings, "of", classmethod(lambda cls, c: counted(posted, len(c)) or real_postings(c)))
     return built, posted
 

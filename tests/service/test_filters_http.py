@@ -18,6 +18,7 @@ from spanseek.core.filters import MAX_FILTER_DEPTH, Not
 from spanseek.core.params import SearchFilter, SearchParams
 from spanseek.service.app import create_app
 from spanseek.service.schemas import MAX_FILTER_IDS, DeleteByFilterRequest, FilterIn
+from tests.service.conftest import serving
 
 QUESTION = "Who built the castle in 1500?"
 FILTERS = [
@@ -59,6 +60,10 @@ def test_hits_carry_their_paragraph(client, tiny_searcher):
     {"must": [{"key": "year"}]}, {"must": [{"key": "year", "match": 1, "range": {"gte": 1}}]}, {"must": []},
     {"must": [{"key": "year", "range": {"gte": True}}]}, {"must": [{"key": "year", "range": {"from": 1}}]},
     {"should": [{"not": {"key": "x", "match": 1}, "extra": 1}]}, {"must": [{"key": "tags", "any": []}]},
+    {"must": [{"passage": 3}]}, {"must": [{"passage": {"key": "page"}}]},
+    {"must": [{"passage": {"key": "page", "match": 1}, "extra": 1}]}, {"must": [{"passage": {"doc_ids": ["d1"]}}]},
+    {"must": [{"passage": {"should": [{"title_prefix": "T"}]}}]},
+    {"must": [{"passage": {"not": {"passage": {"key": "page", "match": 1}}}}]},
 ])
 def test_malformed_filters_are_422(client, flt):
     r = client.post("/search", json={"query": "a", "filter": flt})
@@ -210,6 +215,8 @@ def test_a_value_of_none_of_a_fields_types_is_one_error_naming_all_it_takes(clie
     ({"meta": {"lang": "en"}}, "filter field 'lang': no document has it"),  # its key names it in the filter
     ({"must": [{"doc_ids": ["d1"]}], "should": [{"must_not": [{"not": {"key": "year", "match": 1}}]}]},
      "filter.should[0].must_not[0].not: filter field 'year': no document has it"),
+    ({"must": [{"doc_ids": ["d1"]}, {"passage": {"key": "page", "range": {"gte": 10, "lte": 20}}}]},
+     "filter.must[1].passage: filter field 'page': no passage has it in its own metadata"),
 ])
 def test_a_value_a_condition_refuses_is_400_naming_its_place_in_the_filter(client, flt, place):
     """A value the filter refuses past its schema (a date that does not parse, a number beyond a float's) is a 400
@@ -219,3 +226,62 @@ def test_a_value_a_condition_refuses_is_400_naming_its_place_in_the_filter(clien
                     headers={"Content-Type": "application/json"})
     assert r.status_code == 400, r.text
     assert r.json()["message"].startswith(place), r.json()["message"]
+
+
+def test_a_passage_filter_searches_matching_passages_and_pages_on_with_next(settings_for, paged_index, tiny_model_dir):
+    """``{"passage": ...}`` selects passages by their own metadata: every hit, on the first page and on the pages of
+    its ``next`` cursor, lies on page 2 or 3; a passage key the passages lack is a 400 naming its place."""
+    from spanseek.core.loading import open_searcher
+
+    searcher = open_searcher(paged_index, tiny_model_dir, device="cpu", precision="fp32")
+    flt = {"must": [{"passage": {"key": "page", "range": {"gte": 2, "lte": 3}}}], "meta": {"lang": "en"}}
+    with serving_app(settings_for(), searcher) as client:
+        seen = []
+        body = {"query": QUESTION, "top_k": 2, "filter": flt, "rank_window": 20}
+        r = client.post("/search?unit=passage", json=body)
+        while True:
+            assert r.status_code == 200, r.text
+            result = r.json()["results"][0]
+            seen += [(h["doc_id"], h["paragraph"], h["meta"]) for h in result["hits"]]
+            if not result.get("next"):
+                break
+            r = client.post("/search?unit=passage", json={"cursor": result["next"]})
+        assert len(seen) == 6  # 3 documents in English, 2 pages each
+        assert all(m["page"] in (2, 3) and m["lang"] == "en" for _, _, m in seen)
+        assert len(set((d, p) for d, p, _ in seen)) == 6
+        r = client.post("/search", json={"query": "a", "filter": {"must": [{"passage": {"key": "pages", "match": 2}}]}})
+        assert r.status_code == 400 and r.json()["message"].startswith(
+            "filter.must[0].passage: filter field 'pages': no passage has it in its own metadata (known passage "
+            "fields: page, section)"), r.text
+
+
+def test_a_passage_filter_reads_written_documents_passages_and_a_delete_refuses_it(write_settings):
+    """Live writes: a written document's passages are filtered by their own metadata (the segment's field index),
+    with the base's (which has none: only the written passages pass); a delete by a passage condition is a 400,
+    since a delete removes whole documents."""
+    key = {"X-API-Key": "key"}
+    doc = {"id": "manual", "title": "Manual", "paragraphs": ["In 1450 Gala built the harbour bridge.",
+                                                             "In 1460 Hugo built the island church.",
+                                                             "In 1470 Ada built the castle."],
+           "passage_meta": [{"page": 1}, {"page": 2}, {"page": 3, "section": "castles"}]}
+    with serving_app(write_settings()) as client:
+        assert client.put("/documents", headers=key, json={"documents": [doc]}).status_code == 200
+        for flt, pages in [({"must": [{"passage": {"key": "page", "range": {"gte": 2}}}]}, {2, 3}),
+                           ({"must": [{"passage": {"key": "section", "match": "castles"}}]}, {3}),
+                           ({"must_not": [{"passage": {"key": "page", "any": [1, 3]}}], "doc_ids": ["manual"]}, {2})]:
+            for unit in ("phrase", "passage", "doc"):
+                r = client.post(f"/search?unit={unit}", headers=key,
+                                json={"query": "who built it?", "top_k": 10, "filter": flt})
+                assert r.status_code == 200, r.text
+                hits = r.json()["results"][0]["hits"]
+                assert hits and {h["doc_id"] for h in hits} == {"manual"}, (flt, unit)
+                assert {h["meta"]["page"] for h in hits} <= pages and (unit == "phrase" or len(hits) == (
+                    len(pages) if unit == "passage" else 1)), (flt, unit, hits)
+        r = client.post("/documents/delete", headers=key,
+                        json={"filter": {"must": [{"passage": {"key": "page", "match": 2}}]}})
+        assert r.status_code == 400 and "a passage condition selects passages" in r.json()["message"], r.text
+
+
+def serving_app(settings, searcher=None):
+    """A ready client of an app with ``settings`` (over ``searcher`` when given, else the settings' index)."""
+    return serving(create_app(settings, (lambda s: searcher) if searcher is not None else None))
