@@ -110,7 +110,7 @@ def segment_table(base: Any, segment: Sequence[Any], keys_of: Callable[[Any], np
                 "doc": (np.fromiter((doc_key(k.tolist()) for k in keys), np.int64, len(keys)),
                         np.ones(len(keys), np.int64))}
 
-    def groups(docs: Sequence[Any], _: int) -> tuple[KeyGroups, KeyGroups, int]:
+    def groups(_: Any, docs: Sequence[Any], __: int) -> tuple[KeyGroups, KeyGroups, int]:
         made = rows(docs)
         return KeyGroups.of(made["passage"][0]), KeyGroups.of(made["doc"][0]), len(made["passage"][0])
 

@@ -249,7 +249,8 @@ def live_fields(base: PhraseIndex, segment: Sequence[EncodedDocument]) -> Joined
     """The field index of ``base``'s documents followed by ``segment``'s: the base's built once a base, the segment's
     runs of documents once a run (``core.segment_log``), shared by the base's snapshots."""
     return JoinedFieldIndex(base.fields, *(c.part for c in segment_chunks(
-        base, "fields", segment, lambda docs, _: FieldIndex.build([doc.record for doc in docs], [p for doc in docs for p in doc.passages]))))
+        base, "fields", segment, lambda _, docs, __: FieldIndex.build([doc.record for doc in docs],
+                                                                       [p for doc in docs for p in doc.passages]))))
 
 
 def live_lexical(base: PhraseIndex, base_terms: BaseTerms, segment: Sequence[EncodedDocument],
@@ -257,8 +258,8 @@ def live_lexical(base: PhraseIndex, base_terms: BaseTerms, segment: Sequence[Enc
     """The BM25 part of a snapshot of ``base`` holding ``segment`` with ``deleted_docs`` dead: the segment's postings
     built over runs of its documents, each run once a base (``core.segment_log``), read by the later snapshots."""
     assert base.lexical is not None
-    postings = segment_chunks(base_terms, "postings", segment, lambda docs, _: SegmentPostings.of(
-        [term_columns(doc, base_terms) for doc in docs]))
+    postings = segment_chunks(base_terms, "postings", segment, lambda terms, docs, _: SegmentPostings.of(
+        [term_columns(doc, terms) for doc in docs]))  # (given the terms: a join waiting keeps them not, ``Build``)
     return LiveLexical(base.lexical, base_terms, [c.part for c in postings], passages_of(base, deleted_docs))
 
 

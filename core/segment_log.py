@@ -57,28 +57,41 @@ class Chunk(NamedTuple, Generic[T]):
     part: T
 
 
+Build = Callable[[Any, Sequence[Any], int], T]
+"""``build(owner, documents, start)``: the part of a run of the segment's ``documents`` from ``start``, over ``owner``
+(what the chunks are kept on: a base, its BM25 terms; None for chunks made without one). It is given the owner, never
+refers to it: the joining thread holds builds in its queue, and one referring to the base would keep it (and its
+terms) in memory until the queue drained, after a merge, and as a cycle through what is kept on it, until a full
+garbage collection."""
+
 INLINE_RUN = 64
 """The longest run a snapshot builds itself: two runs of it are joined (and those runs joined again) by the joining
 thread (``_Joiner``), so that no write waits for a run of thousands of documents to be built."""
 
 
 class SegmentChunks(Generic[T]):
-    """Parts ``build(documents, start)`` over runs of the documents written over one base (module docstring)."""
+    """Parts ``build(owner, documents, start)`` over runs of the documents written over one base (module docstring);
+    ``owner``: what they are kept on, held weakly and handed to each build (``Build``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, owner: Any = None) -> None:
+        # what the parts are built over (a base, its BM25 terms), handed to each build: referred to weakly, as the
+        # joining thread refers to these chunks, so that a join waiting in its queue keeps neither alive
+        self._owner = None if owner is None else weakref.ref(owner)
         self.docs: list[Any] = []  # the documents the chunks cover, in segment order
         self.chunks: list[Chunk[T]] = []
         self._lock = threading.Lock()
-        # the runs handed to the joining thread, not joined yet, and the documents each was handed (a write that
-        # changed them hands the run again: the earlier hand-over is then neither built nor counted)
-        self._queued: dict[tuple[int, int], tuple[Any, ...]] = {}
+        # the runs handed to the joining thread, not joined yet: the hand-over's number and its documents (a write
+        # that changed them hands the run again, under a new number: the earlier hand-over is then neither built nor
+        # counted)
+        self._queued: dict[tuple[int, int], tuple[int, tuple[Any, ...]]] = {}
+        self._handed = itertools.count()
         self._failed: set[tuple[int, int]] = set()  # joins that failed, not tried again while their documents stay
 
-    def of(self, segment: Sequence[Any], build: Callable[[Sequence[Any], int], T]) -> tuple[Chunk[T], ...]:
+    def of(self, segment: Sequence[Any], build: Build[T]) -> tuple[Chunk[T], ...]:
         """The chunks covering ``segment``'s documents, in order (the first from 0, each from the last's stop), those
-        not held built by ``build(documents, start)`` (given at each call, not kept: a function that refers to the
-        base would keep it alive in a cycle, freed only by the garbage collector, after a merge), in runs of at most
-        ``INLINE_RUN`` documents; longer runs are joined by the joining thread, and read once joined."""
+        not held built by ``build(owner, documents, start)`` (``Build``), in runs of at most ``INLINE_RUN``
+        documents; longer runs are joined by the joining thread, and read once joined."""
+        owner = None if self._owner is None else self._owner()
         with self._lock:
             same = held_prefix(self.docs, segment)
             kept = [c for c in self.chunks if c.stop <= same]
@@ -87,18 +100,18 @@ class SegmentChunks(Generic[T]):
             # other: its runs are built once, not again at each such call
             self.docs = [*self.docs[:covered], *segment[covered:]]
             held = {(c.start, c.stop): c for c in kept}
-            self.chunks = [held[run] if run in held else Chunk(*run, build(self.docs[run[0]:run[1]], run[0]))
+            self.chunks = [held[run] if run in held else Chunk(*run, build(owner, self.docs[run[0]:run[1]], run[0]))
                            for run in counter_runs([(c.start, c.stop) for c in kept], len(segment), INLINE_RUN)]
             self._queued = {run: d for run, d in self._queued.items() if run[1] <= covered}  # (past it: documents left)
             self._failed = {run for run in self._failed if run[1] <= covered}
             due = self._due()
             out = tuple(self.chunks)
-        for run, docs in due:
-            JOINER.add(self, run, docs, build)
+        for run, handed in due:
+            JOINER.add(self, run, handed, build)
         return out
 
-    def _due(self) -> list[tuple[tuple[int, int], tuple[Any, ...]]]:
-        """The runs to join now, and their documents: two neighbouring chunks as long as each other, past
+    def _due(self) -> list[tuple[tuple[int, int], int]]:
+        """The runs to join now, and their hand-overs' numbers: two neighbouring chunks as long as each other, past
         ``INLINE_RUN``, with at least ``INLINE_RUN`` documents after them (so that deleting or replacing the
         last-written documents cuts a run of at most that many, not one joined over the whole segment), each handed
         to the joining thread once. The caller holds the lock."""
@@ -107,23 +120,28 @@ class SegmentChunks(Generic[T]):
             run = (a.start, b.stop)
             if (a.stop - a.start == b.stop - b.start >= INLINE_RUN and b.stop + INLINE_RUN <= len(self.docs)
                     and run not in self._queued and run not in self._failed and not any(r[0] < run[1] and run[0] < r[1] for r in self._queued)):
-                self._queued[run] = tuple(self.docs[run[0]:run[1]])
-                due.append((run, self._queued[run]))
+                handed = next(self._handed)
+                self._queued[run] = (handed, tuple(self.docs[run[0]:run[1]]))
+                due.append((run, handed))
         return due
 
-    def wants(self, run: tuple[int, int], docs: tuple[Any, ...]) -> bool:
-        """Whether ``run`` is still to be joined over ``docs``: not if a write has changed its documents since it was
-        handed to the thread (and handed it again, over the new ones, if it is due again)."""
+    def wanted(self, run: tuple[int, int], handed: int) -> tuple[Any, tuple[Any, ...]] | None:
+        """What the joining thread builds hand-over ``handed`` of ``run`` with: the owner and the run's documents;
+        None if a write has changed its documents since (and handed it again, over the new ones, if it is due again)
+        or the owner is gone (its base merged away)."""
+        owner = None if self._owner is None else self._owner()
         with self._lock:
-            return self._queued.get(run) is docs
+            queued = self._queued.get(run)
+            if queued is None or queued[0] != handed or (self._owner is not None and owner is None):
+                return None
+            return owner, queued[1]
 
-    def join(self, run: tuple[int, int], docs: tuple[Any, ...], part: T,
-             build: Callable[[Sequence[Any], int], T]) -> None:
-        """Hold ``part``, built over ``docs`` by the joining thread, as the chunk of ``run`` in place of those it
-        covers, where ``docs`` are still the documents there and chunks start and stop at its ends (else a write has
-        changed them since, and it is dropped); then hand the joins now due to the thread."""
+    def join(self, run: tuple[int, int], handed: int, docs: tuple[Any, ...], part: T, build: Build[T]) -> None:
+        """Hold ``part``, built by the joining thread over ``docs`` (hand-over ``handed``), as the chunk of ``run``
+        in place of those it covers, where ``docs`` are still the documents there and chunks start and stop at its
+        ends (else a write has changed them since, and it is dropped); then hand the joins now due to the thread."""
         with self._lock:
-            if self._queued.get(run) is docs:  # (not a run handed again since, over other documents)
+            if self._queued.get(run, (None,))[0] == handed:  # (not a run handed again since, over other documents)
                 del self._queued[run]
             start, stop = run
             inside = [i for i, c in enumerate(self.chunks) if start <= c.start and c.stop <= stop]
@@ -131,14 +149,14 @@ class SegmentChunks(Generic[T]):
                     and len(self.docs) >= stop and all(map(operator.is_, self.docs[start:stop], docs))):
                 self.chunks[inside[0]:inside[-1] + 1] = [Chunk(start, stop, part)]
             due = self._due()
-        for later, later_docs in due:
-            JOINER.add(self, later, later_docs, build)
+        for later, later_handed in due:
+            JOINER.add(self, later, later_handed, build)
 
-    def dropped(self, run: tuple[int, int], docs: tuple[Any, ...]) -> None:
-        """``run``'s join over ``docs`` failed: its chunks stay as they are, and it is not tried again while its
-        documents stay (each write would try it again, and log its failure again)."""
+    def dropped(self, run: tuple[int, int], handed: int) -> None:
+        """Hand-over ``handed`` of ``run`` failed to join: its chunks stay as they are, and it is not tried again
+        while its documents stay (each write would try it again, and log its failure again)."""
         with self._lock:
-            if self._queued.get(run) is docs:
+            if self._queued.get(run, (None,))[0] == handed:
                 del self._queued[run]
                 self._failed.add(run)
 
@@ -148,20 +166,22 @@ class _Joiner:
     time, in the order given, as an LSM store compacts its runs in the background. A write builds at most
     ``INLINE_RUN`` documents' parts for its own snapshot (the write that filled a run of 4,096 built the whole run:
     27 ms at 4,096 documents written, where a write costs 0.7 ms); the snapshots made while a run is joined read the
-    two it joins. A join refers to its ``SegmentChunks`` weakly, so a merged base is not kept alive by one."""
+    two it joins. A join waiting in the queue holds its ``SegmentChunks`` weakly and neither their owner nor their
+    documents (it is given them when it runs, ``SegmentChunks.wanted``), and its build refers to neither
+    (``Build``): a base merged away, its BM25 terms and its segment's documents are freed with their last snapshot,
+    not once the queue has drained, and the joins queued for them are not built."""
 
     def __init__(self) -> None:
-        self._jobs: queue.Queue[tuple[Any, tuple[int, int], tuple[Any, ...], Callable[..., Any]]] = queue.Queue()
+        self._jobs: queue.Queue[tuple[Any, tuple[int, int], int, Build[Any]]] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def add(self, chunks: SegmentChunks[Any], run: tuple[int, int], docs: tuple[Any, ...],
-            build: Callable[[Sequence[Any], int], Any]) -> None:
+    def add(self, chunks: SegmentChunks[Any], run: tuple[int, int], handed: int, build: Build[Any]) -> None:
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="spanseek-segment-joins", daemon=True)
                 self._thread.start()
-        self._jobs.put((weakref.ref(chunks), run, docs, build))
+        self._jobs.put((weakref.ref(chunks), run, handed, build))
 
     def _run(self) -> None:
         while True:
@@ -173,17 +193,22 @@ class _Joiner:
                 self._jobs.task_done()
 
     @staticmethod
-    def _join(ref: Any, run: tuple[int, int], docs: tuple[Any, ...], build: Callable[..., Any]) -> None:
-        """One join: nothing of it (its documents, its build, which may refer to a base's terms) is held after it.
-        One that fails (memory, say) leaves the runs unjoined, read as they are, and the thread goes on."""
+    def _join(ref: Any, run: tuple[int, int], handed: int, build: Build[Any]) -> None:
+        """One join: nothing of it (its documents, its owner) is held after it. One that fails (memory, say) leaves
+        the runs unjoined, read as they are, and the thread goes on."""
         chunks = ref()
-        if chunks is None or not chunks.wants(run, docs):  # (its base is gone, or a write changed its documents)
+        wanted = None if chunks is None else chunks.wanted(run, handed)
+        if wanted is None:  # (its base is gone, or a write changed its documents)
             return
+        owner, docs = wanted
         try:
-            chunks.join(run, docs, build(docs, run[0]), build)
+            part = build(owner, docs, run[0])
         except Exception:
             log.exception("joining the segment's documents %d to %d failed; they are read unjoined", *run)
-            chunks.dropped(run, docs)
+            chunks.dropped(run, handed)
+            return
+        del owner
+        chunks.join(run, handed, docs, part, build)
 
     def wait(self) -> None:
         """Return once every join handed to the thread so far (and those they made due) is done."""
@@ -379,11 +404,10 @@ def segment_columns(base: PhraseIndex, segment: Sequence[Any]) -> dict[str, np.n
 _MAKING = threading.Lock()
 
 
-def segment_chunks(owner: Any, name: str, segment: Sequence[Any], build: Callable[[Sequence[Any], int], T]
-                   ) -> tuple[Chunk[T], ...]:
+def segment_chunks(owner: Any, name: str, segment: Sequence[Any], build: Build[T]) -> tuple[Chunk[T], ...]:
     """``segment``'s chunks from the ``SegmentChunks`` ``name`` of the documents written over ``owner`` (a base, or what
-    is made once a base), made at the first call and kept on it."""
-    return _kept(owner, name, SegmentChunks).of(segment, build)
+    is made once a base), made at the first call and kept on it; ``build`` is given ``owner`` (``Build``)."""
+    return _kept(owner, name, lambda: SegmentChunks(owner)).of(segment, build)
 
 
 def appended_rows(owner: Any, name: str, segment: Sequence[Any], rows: RowsOf) -> dict[str, np.ndarray]:

@@ -882,7 +882,7 @@ def test_a_join_handed_again_over_new_documents_is_built_once_and_the_stale_one_
 
     me, gate, built = threading.get_ident(), threading.Event(), []
 
-    def build(docs, start):
+    def build(_, docs, start):
         if threading.get_ident() != me:
             gate.wait(10)
             built.append((start, start + len(docs), id(docs[0])))
@@ -911,7 +911,7 @@ def test_a_join_that_fails_leaves_its_runs_unjoined_and_the_joining_thread_goes_
     monkeypatch.setattr(segment_log, "INLINE_RUN", 2)
     failing, tried = [True], []
 
-    def build(docs, start):
+    def build(_, docs, start):
         if len(docs) > 2 and failing[0]:
             tried.append((start, len(docs)))
             raise MemoryError("no room for the join")
@@ -1092,3 +1092,45 @@ def test_a_base_and_its_terms_are_freed_when_their_last_snapshot_goes_without_th
         assert [ref() for ref in held] == [None, None]
     finally:
         gc.enable()
+
+
+def test_joins_waiting_for_the_joining_thread_keep_neither_the_base_its_terms_nor_its_documents(monkeypatch):
+    """Joins of a base's runs still queued behind others when the base goes (merged away: its last snapshot dropped)
+    keep none of it: the base, its BM25 terms and its segment's documents are freed at once, not when the queue
+    drains (a queued BM25 join's build referred to the terms, and held the run's documents), and the joins are not
+    built."""
+    import gc
+    import weakref
+
+    from spanseek.core import segment_log
+    from spanseek.core.live_lexical import SegmentPostings
+
+    monkeypatch.setattr(segment_log, "INLINE_RUN", 2)
+    gate, busy, joined = threading.Event(), threading.Event(), []
+    real_of = SegmentPostings.of
+    monkeypatch.setattr(SegmentPostings, "of", classmethod(
+        lambda cls, written: (joined.append(len(written)) if threading.current_thread().name.endswith("joins")
+                              else None) or real_of(written)))
+
+    def held_up(*_):
+        busy.set()
+        gate.wait(10)
+
+    rng = random.Random(0)
+    blocker = segment_log.SegmentChunks()
+    blocker._queued[(0, 1)] = (-1, ())
+    gc.disable()
+    try:
+        segment_log.JOINER.add(blocker, (0, 1), -1, held_up)  # the thread busy with another base's join
+        assert busy.wait(10)
+        base, terms, template, segment = written_one_by_one(12, rng)
+        assert segment_log.JOINER._jobs.qsize() > 0  # (joins of this base's runs, waiting)
+        held = weakref.ref(base), weakref.ref(terms), weakref.ref(segment[0])
+        del base, terms, template, segment
+        assert [ref() for ref in held] == [None, None, None]
+    finally:
+        gate.set()
+        gc.enable()
+    joined.clear()
+    wait_for_joins()
+    assert joined == []
