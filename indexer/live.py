@@ -790,13 +790,15 @@ class LiveStore:
                 self.wal.close()
                 self.wal = fresh
                 self._since_rotation = []
-                old_base = self.base
+                # the base's directory, not the base: the merge thread holding it kept the merged-away base (its
+                # arrays, its BM25 terms) in memory past the swap, for as long as removing the old logs and base took
+                old_dir = self.base.dir
             t0 = time.perf_counter()
             dest = self.dir / BASES / f"base-{n:06d}"
             log.info("merging %d documents and %d deletions into %s (writes go on in %s)", len(docs), len(dead_ids),
                      dest, rotated)
             with stop_when(self._stop):  # the build only: once it is complete, the swap (under a second) finishes
-                build_merged(old_base.dir, dest, dead_ids, docs, self.model, opts)
+                build_merged(old_dir, dest, dead_ids, docs, self.model, opts)
             new_base = open_verified(self.dir, dest)  # its checksums verified: followers need not read it all again
             with self._lock:
                 self._set_base(new_base)
@@ -818,8 +820,8 @@ class LiveStore:
                 self._publish_committed()  # past the commit point: the merge is done, served or not
             for name in old_wals:
                 (self.dir / WAL_DIR / name).unlink(missing_ok=True)
-            if followed and old_base.dir.resolve().parent == (self.dir / BASES).resolve():
-                shutil.rmtree(old_base.dir, ignore_errors=True)  # a merged base (never the index served at first)
+            if followed and old_dir.resolve().parent == (self.dir / BASES).resolve():
+                shutil.rmtree(old_dir, ignore_errors=True)  # a merged base (never the index served at first)
             log.info("merged %d documents and %d deletions into %s in %.1f s", len(docs), len(dead_ids), dest,
                      result["seconds"])
             return result

@@ -1060,3 +1060,40 @@ def test_delete_by_filter_reads_the_writes_whose_snapshot_could_not_be_published
     monkeypatch.setattr(live_module, "LiveIndex", made)
     assert store.delete_where(SearchFilter.from_json({"must": [{"key": "year", "range": {"gte": 1990}}]}), True)[0] == [
         "m0"]
+
+
+def test_a_merge_holds_the_base_it_merged_away_no_longer_once_its_snapshot_is_served(tmp_path, tiny_index,
+                                                                                     tiny_searcher, encoder,
+                                                                                     tiny_model_dir, monkeypatch):
+    """Once the merged base's snapshot is served, nothing of the merge keeps the base before: the merge thread held
+    it to its end (removing the old logs and, for a merged base, its directory), so a merge shown in /info could
+    leave the old base's arrays in memory for as long as that took."""
+    import gc
+    import weakref
+    from types import SimpleNamespace
+
+    import spanseek.indexer.live as live_module
+    from spanseek.core.phrase_index import PhraseIndex
+    from spanseek.core.segment import searcher_over
+    from spanseek.indexer.build import BuildOptions
+
+    served: list = []
+    base = PhraseIndex(tiny_index)
+    store = live_module.LiveStore(tmp_path / "live", tiny_index, base, encoder,
+                                  lambda snap: served.__setitem__(slice(None), [searcher_over(tiny_searcher, snap)]))
+    first = weakref.ref(base)
+    del base
+    upsert(store, encoder, [{"id": "m1", "title": "M", "paragraphs": ["In 1500 Ines built a bridge."]}])
+    held_at_end = []
+
+    def info(msg, *args):
+        if msg.startswith("merged "):  # the merge's last step, past its swap
+            gc.collect()
+            held_at_end.append(first() is not None)
+
+    monkeypatch.setattr(live_module, "log", SimpleNamespace(info=info, warning=live_module.log.warning,
+                                                           exception=live_module.log.exception))
+    store.model = tiny_model_dir
+    assert store.merge(BuildOptions(shard_passages=7, progress=False, precision="fp32")) is not None
+    store.close()
+    assert held_at_end == [False]
