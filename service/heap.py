@@ -9,13 +9,13 @@ requests allocated: the same saturation run's full collection took 11.8 ms.
 
 Reference counting still frees frozen objects; only garbage in reference cycles among them waits for a
 ``settle(thaw=True)``, which unfreezes first: a reload settles that way once the replaced searcher is let go, so it
-is collected, cycles and all.
+is collected, cycles and all, and so does a finished merge (``service.live``), which also freezes the merged base.
 
 Memory freed is not given back to the system by itself: glibc's allocator keeps the freed parts of its heaps (one
 arena per thread that allocated: the event loop, the encoder's and writes' threads, a merge's) for later
 allocations. After a merge that replaced a 300-document base with a 2-document one, the service held 1,147 MB of
 anonymous memory against 825 MB at its start; ``give_back`` (glibc's ``malloc_trim(0)``) returns those free pages:
-858-894 MB in two runs. ``settle`` and a finished merge call it; elsewhere than glibc it does nothing.
+858-894 MB in two runs. ``settle`` calls it; elsewhere than glibc it does nothing.
 """
 
 from __future__ import annotations
