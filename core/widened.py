@@ -23,6 +23,8 @@ go. A merge starts a new base, and the buffer goes with the old one.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -30,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from spanseek.core.fine_store import as_float32
-from spanseek.core.segment_log import held_prefix
+from spanseek.core.segment_log import held_prefix, staying
 
 WIDENED_BYTES = 512 << 20  # the most one base's widened segment rows take (float32, room to grow included)
 
@@ -49,7 +51,7 @@ class WidenedRows:
     def rows_of(self, segment: Sequence[Any]) -> np.ndarray | None:
         """(S, d) float32: the vectors of ``segment``'s documents (each ``.vectors``: (n, d) float16), in order, a
         view of the buffer; None where they would take more than the buffer may (the caller widens them itself)."""
-        total = sum(len(doc.vectors) for doc in segment)
+        total = int(_lengths(segment).sum())
         with self._lock:
             if total > self.max_rows:  # widened by the caller: the rows held are let go, and the documents they
                 self._start_over((), 0)  # hold (replaced or deleted ones among them); snapshots reading them keep theirs
@@ -74,12 +76,24 @@ class WidenedRows:
 
     def _start_over(self, segment: Sequence[Any], total: int) -> None:
         """A new buffer of the rows of ``segment``'s documents the old one holds, in the segment's order, up to its
-        first document not there (widened by ``_append``)."""
+        first document not there (widened by ``_append``). Where the segment starts with the held documents that
+        stay, in their order (a write deleted or replaced some: the new versions come after), their rows are copied
+        in one pass (a row at a time a document: 5,000 copies a write at 5,000 written documents)."""
         old, start = self.buffer, self.start
+        alive = staying(self.docs, segment)
+        self.buffer = np.empty((min(2 * total, self.max_rows), old.shape[1]), np.float32)
+        if alive is not None:
+            lengths = _lengths(self.docs)
+            rows = old[:self.used][np.repeat(alive, lengths)]
+            self.buffer[:len(rows)] = rows
+            self.docs = list(itertools.compress(self.docs, alive.tolist()))
+            self.start = dict(zip(map(id, self.docs), (np.cumsum(lengths[alive]) - lengths[alive]).tolist(),
+                                  strict=True))
+            self.used = len(rows)
+            return
         kept = 0
         while kept < len(segment) and id(segment[kept]) in start:
             kept += 1
-        self.buffer = np.empty((min(2 * total, self.max_rows), old.shape[1]), np.float32)
         self.docs, self.start, self.used = [], {}, 0
         for doc in segment[:kept]:
             self._put(doc, old[start[id(doc)]:start[id(doc)] + len(doc.vectors)])
@@ -92,6 +106,12 @@ class WidenedRows:
         self.used += len(rows)
 
 
+def _lengths(docs: Sequence[Any]) -> np.ndarray:
+    """(len(docs),) int64: each document's rows (tokens), read in C, not a Python step a document."""
+    return np.fromiter(map(len, map(_VECTORS, docs)), np.int64, len(docs))
+
+
+_VECTORS = operator.attrgetter("vectors")
 _MAKING = threading.Lock()
 
 

@@ -931,28 +931,47 @@ def test_a_join_that_fails_leaves_its_runs_unjoined_and_the_joining_thread_goes_
     assert max(c.stop - c.start for c in got) >= 4 and [d for c in got for d in c.part] == docs
 
 
-def test_replacing_or_deleting_an_early_segment_document_builds_each_later_run_once(monkeypatch):
-    """A segment document replaced or deleted near the start of a segment of 256: the next snapshot builds the field
-    index parts and BM25 postings of the documents after it once each, in runs of at most ``INLINE_RUN``, which the
-    joining thread joins (it built each of them into every run it passed through, about log2(segment) times: 570 ms a
-    snapshot at 5,000 written documents, against 18 ms), and filters as a field index built over its documents."""
+def test_replacing_or_deleting_a_document_deep_in_the_segment_builds_the_run_of_at_most_inline_run_that_held_it(
+        monkeypatch):
+    """A segment document replaced or deleted deep in a segment of 256 whose runs are joined: the next snapshot builds
+    the field index parts and BM25 postings of the run of at most ``INLINE_RUN`` documents that held it, over those
+    that stay, and of the new version (it built every run after it again: 255 documents here, 22-29 ms a snapshot at
+    5,000 written documents); the runs it was joined from are read where the joined one lost a document, and joined
+    again by the joining thread; each snapshot filters as a field index built over its documents."""
+    import spanseek.core.segment_log as segment_log
+
+    monkeypatch.setattr(segment_log, "INLINE_RUN", 4)
     rng = random.Random(0)
     base, terms, template, segment = written_one_by_one(256, rng)
+    wait_for_joins()
+    live = LiveIndex(base, segment, np.zeros(0, np.int64), template, terms)
+    assert len(live.fields.parts) == 8  # (the base's, and the runs joined: 128, 64, 32, 16, 8, and 4 and 4 written last)
     built, posted = counted_builds(monkeypatch)
+    made, token_rows = [], segment_log._token_rows
+    monkeypatch.setattr(segment_log, "_token_rows", lambda base: lambda docs, *at: made.extend(docs) or token_rows(
+        base)(docs, *at))
     replaced = segment.pop(1)
     segment.append(encoded({"id": replaced.id, "title": "n", "meta": {"i": -1}}, rng))
     live = LiveIndex(base, segment, np.zeros(0, np.int64), template, terms)
-    assert sum(built) <= len(segment) and sum(posted) <= len(live.passages) - len(base.passages)
-    assert [len(p.ids) for p in live.fields.parts[1:]] == [64] * 4
-    wait_for_joins()
-    live = LiveIndex(base, segment, np.zeros(0, np.int64), template, terms)
-    assert [len(p.ids) for p in live.fields.parts[1:]] == [128, 64, 64]  # (the last 64 are not joined yet)
-    del segment[2]  # a deletion
-    built.clear()
-    live = LiveIndex(base, segment, np.zeros(0, np.int64), template, terms)
-    assert sum(built) <= len(segment) and [len(p.ids) for p in live.fields.parts[1:]] == [64, 64, 64, 32, 16, 8, 4, 2, 1]
+    assert sum(built) <= 4 + 1 and sum(posted) <= 2 * (4 + 1)  # (a document: one or two passages)
+    assert made == segment[-1:]  # (the token map rows of those after it are copied, renumbered)
+    token_map_as_copied(live, base, segment)
     filters_as_built_over(live, base.docs + [doc.record for doc in segment], rng, 10)
-    assert live.fields.documents_of(SearchFilter.from_json({"meta": {"i": -1}})).tolist() == [False] * 274 + [True]
+    assert live.fields.documents_of(SearchFilter.from_json({"meta": {"i": -1}})).tolist() == [False] * 275 + [True]
+    wait_for_joins()
+    for at in (2, 100, 200, 250):  # deletions, deep and near the end
+        del segment[at]
+        built.clear()
+        live = LiveIndex(base, segment, np.zeros(0, np.int64), template, terms)
+        assert sum(built) <= 4
+        filters_as_built_over(live, base.docs + [doc.record for doc in segment], rng, 5)
+        token_map_as_copied(live, base, segment)
+        wait_for_joins()
+    live = LiveIndex(base, segment, np.zeros(0, np.int64), template, terms)
+    assert len(live.fields.parts) <= 12, [len(p.ids) for p in live.fields.parts[1:]]  # (the runs read apart joined again)
+    seg_terms = [t for doc in segment for t in doc.terms]
+    np.testing.assert_array_equal(live.lexical.scores(["?"], [["w"]]), counted_over_all(
+        terms, seg_terms, np.ones(len(base.passages) + len(seg_terms), bool), [["w"]]))
 
 
 def test_deleting_the_last_written_documents_one_by_one_builds_each_remaining_run_once(monkeypatch):
