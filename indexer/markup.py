@@ -36,12 +36,30 @@ def extract_html(source: str, where: str = "<html>") -> Extracted:
     browser hides (a wrapper <div style="display: none"> around the article, after a header that shows) is one its
     scripts show: its hidden elements are read."""
     main, parser, byline = _page(source, where, hidden=False)
-    if not main.texts or parser.hidden_text > sum(len(text) - text.count(" ") for text in parser.text.texts):
+    if not main.texts or _mostly_hidden(parser):
         main, parser, byline = _page(source, where, hidden=True)
     meta = {**byline, **parser.meta}  # the page's own meta tags as written, but ``date`` in the form filters compare
     meta.update({"date": byline["date"]} if "date" in byline else {})
     return main.extracted(parser.title or parser.title_paragraph or parser.first_h1, meta,
                           title_heading=parser.first_h1)
+
+
+def _mostly_hidden(parser: HTMLText) -> bool:
+    """Whether more of a page's text is in elements a browser hides than shows: its scripts show them."""
+    return parser.hidden_text > sum(len(text) - text.count(" ") for text in parser.text.texts)
+
+
+def html_blocks(source: str) -> HTMLText:
+    """Every block of an HTML document read (``HTMLText``), with no main-content extraction: an e-book's documents
+    (``indexer.epub``) hold no site's navigation or footers to drop, so every block of them is the book's text.
+    Elements a browser hides are left out, unless most of the text is in them (as ``extract_html``)."""
+    for hidden in (False, True):
+        parser = HTMLText(hidden=hidden)
+        parser.feed(source)
+        parser.close()
+        if hidden or not _mostly_hidden(parser):
+            break
+    return parser
 
 
 def _page(source: str, where: str, hidden: bool) -> tuple[Sections, HTMLText, dict[str, str]]:

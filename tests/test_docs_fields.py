@@ -162,7 +162,7 @@ def test_the_pages_name_every_format_a_file_write_reads():
     from spanseek.indexer.ingest import FORMATS
 
     names = {"text": "text", "markdown": "Markdown", "html": "HTML", "pdf": "PDF", "word": "Word",
-             "powerpoint": "PowerPoint"}
+             "powerpoint": "PowerPoint", "epub": "EPUB"}
     assert set(FORMATS.values()) == set(names)
     for page, where in (("README.md", r"`PUT /files/\{name\}` \(([^)]*)\)"),
                         ("docs/python.md", r"`POST /files/\{name\}`: ([^;]*);")):

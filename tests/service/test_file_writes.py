@@ -174,6 +174,21 @@ def test_a_pdf_file_keeps_its_pages(write_settings, tmp_path):
         assert stored["meta"]["pages"] == 3 and [m["page"] for m in stored["passage_meta"]] == [1, 2, 3]
 
 
+def test_an_epub_file_keeps_its_chapters_and_the_book_s_metadata(write_settings, tmp_path, tiny_model_dir):
+    from tests.indexer.test_epub import write_epub
+
+    path = write_epub(tmp_path / "tales.epub")
+    with serving(create_app(write_settings())) as client:
+        r = client.put("/files/books/tales.epub", headers=KEY, content=path.read_bytes())
+        assert r.status_code == 200 and r.json()["title"] == "Harbour Tales", r.text
+        stored = client.get("/documents/books/tales.epub", headers=KEY).json()
+        expected = from_files_document(path, tiny_model_dir, doc_id="books/tales.epub")
+        expected["meta"]["source"] = "books/tales.epub"
+        assert stored == expected and stored["meta"]["author"] == "Ann Gala"
+        assert [m["chapter"] for m in stored["passage_meta"]] == [1, 1, 2]
+        assert found(client, "books/tales.epub", "passage")
+
+
 def test_the_client_writes_files_by_path_or_bytes(write_settings, tmp_path, live):
     path = tmp_path / "guide.md"
     path.write_text(GUIDE, encoding="utf-8")

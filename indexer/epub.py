@@ -1,0 +1,201 @@
+"""EPUB e-books (.epub: EPUB 2 and 3) -> paragraphs with their chapter and section, for ``indexer.ingest``.
+
+    spanseek corpus from-files novel.epub BOOKS/ --out corpus.jsonl
+
+``META-INF/container.xml`` names the book's package document (the OPF), whose spine lists its XHTML documents in
+reading order (those marked ``linear="no"``, such as endnotes, in their place too). Each is read as an HTML file's
+blocks are (``markup.html_blocks``: headings open sections, a table row is one paragraph named by its header row,
+text a browser hides and ``<del>`` text left out), every block of it: an e-book's documents hold no site navigation
+to drop. The navigation document (EPUB 3's ``nav``; the table of contents and the cover page that EPUB 2's guide or
+EPUB 3's landmarks name) is not read as text. Each paragraph carries ``chapter``, its document's number in reading
+order from 1 (counting the documents read), and ``section``, its heading path there, so a passage never mixes two
+chapters. The OPF's Dublin Core metadata gives the document's ``title`` (the main title where EPUB 3 marks one), its
+``author`` (the creators in the author role, or in none; a list where there are several) and ``language``; ``meta``
+has those and ``chapters``, the count. A book whose content is encrypted (DRM: ``META-INF/encryption.xml`` naming
+anything but the font obfuscation of the IDPF or Adobe) is ``Unreadable``, as are a damaged archive, a package
+document that is missing or not well-formed XML, and another kind of file renamed; a spine document that is missing
+or cannot be decoded is left out with a warning naming it, and the rest of the book is read.
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+import posixpath
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from spanseek.indexer.extracted import Extracted, Unreadable
+from spanseek.indexer.markup import html_blocks
+from spanseek.indexer.packaged import Package, xml_of
+
+log = logging.getLogger(__name__)
+
+KIND = "EPUB (.epub) file"
+_OPF = "{http://www.idpf.org/2007/opf}"
+_DC = "{http://purl.org/dc/elements/1.1/}"
+_CONTAINER = "{urn:oasis:names:tc:opendocument:xmlns:container}"
+_ENC = "{http://www.w3.org/2001/04/xmlenc#}"
+_OPS = "{http://www.idpf.org/2007/ops}"
+# the encryption an EPUB may apply to its fonts without being DRM-protected (font obfuscation: the IDPF's and Adobe's)
+_FONT_OBFUSCATION = {"http://www.idpf.org/2008/embedding", "http://ns.adobe.com/pdf/enc#RC"}
+_DOCUMENTS = {"application/xhtml+xml", "text/html"}  # the spine's media types read as text (not SVG, images)
+_NOT_TEXT = {"cover", "toc"}  # the guide's and landmarks' types of the documents not read as text
+# an XHTML document's declared encoding (its XML declaration's), and a DOCTYPE's internal subset (entity
+# declarations, which the HTML reader would end at their first ">" and read the rest of as text)
+_XML_ENCODING = re.compile(rb"""^<\?xml[^>]*?encoding\s*=\s*["']([A-Za-z0-9._:-]+)["']""")
+_INTERNAL_SUBSET = re.compile(r"<!DOCTYPE[^\[>]*\[[^\]]*\]\s*>", re.IGNORECASE)
+
+
+def extract_epub(path: Path) -> Extracted:
+    """The spine's documents' paragraphs in reading order, each with its ``chapter`` and ``section``; the title,
+    author and language from the OPF."""
+    package = Package(path, KIND, "application/epub+zip")
+    try:
+        _refuse_drm(package)
+        opf_name = _package_document(package)
+        opf = package.xml(opf_name)
+        documents = _spine_documents(package, opf, opf_name)
+        paragraphs: list[str] = []
+        metas: list[dict[str, Any]] = []
+        first_heading = None
+        for chapter, name in enumerate(documents, start=1):
+            parser = _read_document(package, path, name)
+            if parser is None:
+                continue
+            first_heading = first_heading or parser.first_heading
+            read = parser.text.extracted(None, {})
+            paragraphs += read.paragraphs
+            metas += [{"chapter": chapter, **meta} for meta in read.paragraph_meta or [{}] * len(read.paragraphs)]
+    finally:
+        package.close()
+    title, meta = _metadata(opf)
+    return Extracted(title or first_heading, paragraphs, {**meta, "chapters": len(documents)}, metas)
+
+
+def _refuse_drm(package: Package) -> None:
+    """Unreadable when ``META-INF/encryption.xml`` encrypts anything with other than font obfuscation: the book's
+    content is DRM-protected, and its text cannot be read without the key its shop keeps."""
+    name = "META-INF/encryption.xml"
+    if name not in package.names:
+        return
+    encrypted = [(ref.get("URI", "?"), (method.get("Algorithm", "?") if method is not None else "?"))
+                 for data in package.xml(name).iter(f"{_ENC}EncryptedData")
+                 if (ref := data.find(f"{_ENC}CipherData/{_ENC}CipherReference")) is not None
+                 and ((method := data.find(f"{_ENC}EncryptionMethod")) is None
+                      or method.get("Algorithm") not in _FONT_OBFUSCATION)]
+    if encrypted:
+        (part, algorithm), more = encrypted[0], len(encrypted) - 1
+        others = f" and {more:,} other part{'s' * (more > 1)}" if more else ""
+        raise Unreadable(f"an EPUB whose content is encrypted (DRM: {name} encrypts {unquote(part)}{others} with "
+                         f"{algorithm}); its text cannot be read. Get a DRM-free copy of the book and ingest that")
+
+
+def _package_document(package: Package) -> str:
+    """The path of the package document (the OPF) that ``META-INF/container.xml`` names (its first rootfile of the
+    OPF's media type); the archive's one .opf file where the container is missing."""
+    name = "META-INF/container.xml"
+    if name not in package.names:
+        opfs = sorted(n for n in package.names if n.lower().endswith(".opf"))
+        if len(opfs) == 1:
+            return opfs[0]
+        raise Unreadable(f"not a readable {KIND}: it has no {name}, which names the book's package document")
+    roots = package.xml(name).iter(f"{_CONTAINER}rootfile")
+    paths = [r.get("full-path") for r in roots if r.get("media-type", "application/oebps-package+xml")
+             == "application/oebps-package+xml" and r.get("full-path")]
+    if not paths:
+        raise Unreadable(f"not a readable {KIND}: its {name} names no package document (rootfile full-path)")
+    return unquote(paths[0])
+
+
+def _href(base: str, href: str) -> str:
+    """A path in the archive from an href relative to the part at ``base`` (its fragment dropped, %-escapes read)."""
+    return posixpath.normpath(posixpath.join(posixpath.dirname(base), unquote(urlsplit(href).path)))
+
+
+def _spine_documents(package: Package, opf: Any, opf_name: str) -> list[str]:
+    """The archive paths of the spine's XHTML documents in reading order, but the navigation document and the pages
+    the guide or the landmarks name as the cover or the table of contents."""
+    items = {item.get("id"): item for item in opf.iterfind(f"{_OPF}manifest/{_OPF}item")}
+    skipped = {_href(opf_name, ref.get("href", "")) for ref in opf.iterfind(f"{_OPF}guide/{_OPF}reference")
+               if ref.get("type", "").lower() in _NOT_TEXT}
+    for item in items.values():
+        if "nav" in (item.get("properties") or "").split():
+            nav = _href(opf_name, item.get("href", ""))
+            skipped |= {nav} | _landmarks(package, nav)
+    documents = []
+    for ref in opf.iterfind(f"{_OPF}spine/{_OPF}itemref"):
+        item = items.get(ref.get("idref"))
+        if item is None or item.get("media-type") not in _DOCUMENTS or not item.get("href"):
+            continue
+        name = _href(opf_name, item.get("href"))
+        if name not in skipped and name not in documents:
+            documents.append(name)
+    return documents
+
+
+def _landmarks(package: Package, nav: str) -> set[str]:
+    """The documents the navigation document's landmarks name as the cover or the table of contents; none where it
+    cannot be read as XML (it is not read as text either way)."""
+    from lxml import etree
+
+    try:
+        root = xml_of(package.read(nav))
+    except (Unreadable, etree.XMLSyntaxError):
+        return set()
+    return {_href(nav, a.get("href", "")) for landmarks in root.iter("{*}nav")
+            if "landmarks" in (landmarks.get(f"{_OPS}type") or "").split() for a in landmarks.iter("{*}a")
+            if _NOT_TEXT.intersection((a.get(f"{_OPS}type") or "").split())}
+
+
+def _read_document(package: Package, path: Path, name: str) -> Any:
+    """A spine document read as HTML (``html_blocks``); None, with a warning naming it, where it is missing, damaged
+    or not in the encoding it declares."""
+    try:
+        data = package.read(name)
+    except Unreadable as e:
+        log.warning("%s: %s; the rest of it is read", path, str(e).split(": ", 1)[-1])
+        return None
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        encoding = "utf-16"
+    else:
+        declared = _XML_ENCODING.match(data.lstrip(codecs.BOM_UTF8))
+        encoding = declared.group(1).decode("ascii") if declared else "utf-8-sig"
+    try:
+        text = data.decode("utf-8-sig" if encoding.lower() in ("utf-8", "utf8") else encoding)
+    except (UnicodeDecodeError, LookupError) as e:
+        why = f"byte 0x{data[e.start]:02x} at offset {e.start}" if isinstance(e, UnicodeDecodeError) else "unknown"
+        log.warning("%s: its part %s is not valid %s (%s); the rest of it is read", path, name, encoding, why)
+        return None
+    return html_blocks(_INTERNAL_SUBSET.sub("", text, count=1))
+
+
+def _text(element: Any) -> str:
+    return " ".join("".join(element.itertext()).split())
+
+
+def _metadata(opf: Any) -> tuple[str | None, dict[str, Any]]:
+    """The book's title and its ``meta`` (``title``, ``author``, ``language``, those it gives) from the OPF's Dublin
+    Core elements: the title EPUB 3 refines as the main one, else the first; the creators whose role (EPUB 2's
+    ``opf:role``, EPUB 3's refining ``role``) is author ("aut") or unstated; the first language."""
+    metadata = opf.find(f"{_OPF}metadata")
+    if metadata is None:
+        return None, {}
+    refines: dict[tuple[str, str], str] = {}  # (the element's id, the property) -> the value an EPUB 3 meta gives
+    for m in metadata.iter(f"{_OPF}meta"):
+        if (target := m.get("refines", "")).startswith("#") and m.get("property"):
+            refines[(target[1:], m.get("property"))] = _text(m)
+    titles = [t for t in metadata.iterfind(f"{_DC}title") if _text(t)]
+    main = [t for t in titles if refines.get((t.get("id", ""), "title-type")) == "main"]
+    title = _text((main or titles)[0]) if titles else None
+    authors = [_text(c) for c in metadata.iterfind(f"{_DC}creator") if _text(c) and (
+        c.get(f"{_OPF}role") or refines.get((c.get("id", ""), "role")) or "aut").strip().lower() == "aut"]
+    languages = [_text(lang) for lang in metadata.iterfind(f"{_DC}language") if _text(lang)]
+    meta: dict[str, Any] = {"title": title} if title else {}
+    if authors:
+        meta["author"] = authors[0] if len(authors) == 1 else authors
+    if languages:
+        meta["language"] = languages[0]
+    return title, meta

@@ -1,0 +1,228 @@
+"""EPUB e-books as publishers and converters write them (EPUB 2 and 3), made here with zipfile, through
+``indexer.epub.extract_epub`` and ``corpus from-files``: the spine's reading order, chapters and sections, the OPF's
+metadata, the navigation document and the cover left out, DRM refused, damaged and hostile files named.
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/indexer/test_epub.py
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from spanseek.core.io import read_corpus
+from spanseek.indexer.chunking import ChunkOptions
+from spanseek.indexer.epub import extract_epub
+from spanseek.indexer.extracted import Unreadable
+from spanseek.indexer.ingest import IngestError, IngestOptions, from_files
+
+CONTAINER = ('<?xml version="1.0"?><container version="1.0" xmlns="urn:oasis:names:tc:opendocument:xmlns:container">'
+             '<rootfiles><rootfile full-path="{opf}" media-type="application/oebps-package+xml"/></rootfiles>'
+             '</container>')
+EPUB3_META = ('<dc:title id="t1">The Harbour</dc:title><dc:title id="t0">Harbour Tales</dc:title>'
+              '<meta refines="#t0" property="title-type">main</meta>'
+              '<dc:creator id="a1">Ann Gala</dc:creator><meta refines="#a1" property="role" scheme="marc:relators">aut'
+              '</meta><dc:creator id="e1">Ed Itor</dc:creator><meta refines="#e1" property="role">edt</meta>'
+              '<dc:language>en</dc:language>')
+NAV = ('<html xmlns="http://www.w3.org/1999/xhtml" xmlns:epub="http://www.idpf.org/2007/ops"><body>'
+       '<nav epub:type="toc"><h1>Contents</h1><ol><li><a href="text/ch1.xhtml">The bridge</a></li></ol></nav>'
+       '<nav epub:type="landmarks"><ol><li><a epub:type="cover" href="text/cover.xhtml">Cover</a></li></ol></nav>'
+       '</body></html>')
+
+
+def page(body: str, head: str = "<title>ignored</title>") -> str:
+    return (f'<?xml version="1.0" encoding="utf-8"?><html xmlns="http://www.w3.org/1999/xhtml"><head>{head}</head>'
+            f"<body>{body}</body></html>")
+
+
+CHAPTERS = {
+    "text/cover.xhtml": page('<div><img src="cover.jpg" alt="Cover of Harbour Tales"/><p>Harbour Tales</p></div>'),
+    "text/ch1.xhtml": page("<h1>The bridge</h1><p>In 1450 Gala built the harbour bridge.</p>"
+                           '<p style="display: none">A hidden note.</p><h2>Stones</h2><p>Granite from Kellerton.</p>'),
+    "text/ch2.xhtml": page("<section><header><h1>The church</h1></header><p>In 1460 Hugo built the church.</p>"
+                           "<table><tr><th>Bell</th><th>Cast</th></tr><tr><td>Great Tom</td><td>1462</td></tr></table>"
+                           '<aside epub:type="footnote" xmlns:epub="http://www.idpf.org/2007/ops"><p>1. Rebuilt in '
+                           "1702.</p></aside></section>"),
+}
+
+
+def write_epub(path: Path, chapters: dict[str, str] | None = None, spine: list[str] | None = None,
+               metadata: str = EPUB3_META, extra: str = "", parts: dict[str, str | bytes] | None = None,
+               opf_name: str = "OEBPS/content.opf", nav: str | None = NAV, guide: str = "") -> Path:
+    """An EPUB (3 where it has a ``nav``) of ``chapters`` (archive paths under OEBPS/ -> XHTML), its spine in the
+    order of ``spine`` (the chapters' order by default; the manifest lists them in reverse)."""
+    chapters = CHAPTERS if chapters is None else chapters
+    spine = list(chapters) if spine is None else spine
+    ids = {name: f"item{i}" for i, name in enumerate(chapters)}
+    manifest = "".join(f'<item id="{ids[n]}" href="{n}" media-type="application/xhtml+xml"/>' for n in reversed(chapters))
+    if nav is not None:
+        manifest += '<item id="nav" href="nav.xhtml" media-type="application/xhtml+xml" properties="nav"/>'
+    itemrefs = ('<itemref idref="nav"/>' if nav is not None else "") + "".join(
+        f'<itemref idref="{ids[n]}"/>' for n in spine)
+    opf = (f'<?xml version="1.0"?><package xmlns="http://www.idpf.org/2007/opf" version="{3 if nav else 2}.0" '
+           f'xmlns:opf="http://www.idpf.org/2007/opf"><metadata xmlns:dc="http://purl.org/dc/elements/1.1/">{metadata}'
+           f"</metadata><manifest>{manifest}</manifest><spine>{itemrefs}</spine>{guide}</package>{extra}")
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        z.writestr("mimetype", "application/epub+zip", compress_type=zipfile.ZIP_STORED)
+        z.writestr("META-INF/container.xml", CONTAINER.format(opf=opf_name))
+        z.writestr(opf_name, opf)
+        if nav is not None:
+            z.writestr("OEBPS/nav.xhtml", nav)
+        for name, text in chapters.items():
+            z.writestr(f"OEBPS/{name}", text)
+        for name, data in (parts or {}).items():
+            z.writestr(name, data)
+    return path
+
+
+def test_the_spine_reads_in_order_with_chapters_sections_and_the_opf_metadata(tmp_path):
+    """The spine's order, not the manifest's; each document's headings, tables, hidden text and footnotes as an HTML
+    file's; the nav document and the cover the landmarks name not read; the main title, the author (not the
+    editor) and the language in meta."""
+    ext = extract_epub(write_epub(tmp_path / "b.epub", spine=["text/cover.xhtml", "text/ch2.xhtml", "text/ch1.xhtml"]))
+    assert ext.title == "Harbour Tales"
+    assert ext.meta == {"title": "Harbour Tales", "author": "Ann Gala", "language": "en", "chapters": 2}
+    assert list(zip(ext.paragraphs, ext.paragraph_meta, strict=True)) == [
+        ("The church", {"chapter": 1, "section": "The church"}),
+        ("In 1460 Hugo built the church.", {"chapter": 1, "section": "The church"}),
+        ("Bell: Great Tom; Cast: 1462", {"chapter": 1, "section": "The church"}),
+        ("1. Rebuilt in 1702.", {"chapter": 1, "section": "The church"}),
+        ("The bridge", {"chapter": 2, "section": "The bridge"}),
+        ("In 1450 Gala built the harbour bridge.", {"chapter": 2, "section": "The bridge"}),
+        ("Stones", {"chapter": 2, "section": "The bridge > Stones"}),
+        ("Granite from Kellerton.", {"chapter": 2, "section": "The bridge > Stones"}),
+    ]
+
+
+def test_an_epub2_book_leaves_out_its_guide_s_cover_and_contents_and_reads_opf_roles(tmp_path):
+    chapters = {"text/cover.xhtml": CHAPTERS["text/cover.xhtml"],
+                "text/toc.xhtml": page('<h1>Contents</h1><p><a href="ch1.xhtml">The bridge</a></p>'),
+                "text/ch1.xhtml": CHAPTERS["text/ch1.xhtml"]}
+    guide = ('<guide><reference type="cover" href="text/cover.xhtml" title="Cover"/><reference type="toc" '
+             'href="text/toc.xhtml#top" title="Contents"/></guide>')
+    metadata = ('<dc:title>Harbour Tales</dc:title><dc:creator opf:role="aut">Ann Gala</dc:creator>'
+                '<dc:creator opf:role="aut">Hugo Berg</dc:creator><dc:creator opf:role="ill">Ida Drew</dc:creator>'
+                "<dc:language>nb</dc:language>")
+    ext = extract_epub(write_epub(tmp_path / "b.epub", chapters, nav=None, guide=guide, metadata=metadata))
+    assert ext.meta == {"title": "Harbour Tales", "author": ["Ann Gala", "Hugo Berg"], "language": "nb",
+                        "chapters": 1}
+    assert ext.paragraphs[:2] == ["The bridge", "In 1450 Gala built the harbour bridge."]
+    assert {m["chapter"] for m in ext.paragraph_meta} == {1}
+
+
+def test_from_files_reads_epubs_in_folders_and_never_mixes_two_chapters(tmp_path):
+    folder = tmp_path / "books"
+    folder.mkdir()
+    write_epub(folder / "tales.epub", metadata="<dc:language>en</dc:language>")  # no title: the first heading
+    out = tmp_path / "c.jsonl"
+    report = from_files([folder], out, opts=IngestOptions(chunk=ChunkOptions(max_tokens=200)))
+    (doc,) = read_corpus(out)
+    assert report.documents == 1 and doc.id == "tales.epub" and doc.title == "The bridge"
+    assert doc.meta == {"source": "tales.epub", "language": "en", "chapters": 2}
+    assert [m["chapter"] for m in doc.passage_meta] == sorted(m["chapter"] for m in doc.passage_meta)
+    assert {m["chapter"] for m in doc.passage_meta} == {1, 2}
+    assert all(("Hugo" in p) == (m["chapter"] == 2) for p, m in zip(doc.paragraphs, doc.passage_meta, strict=True))
+
+
+def test_a_drm_protected_book_is_refused_naming_the_file_and_font_obfuscation_is_read(tmp_path, caplog):
+    def encryption(algorithm: str, uri: str) -> str:
+        return ('<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container" '
+                'xmlns:enc="http://www.w3.org/2001/04/xmlenc#"><enc:EncryptedData><enc:EncryptionMethod '
+                f'Algorithm="{algorithm}"/><enc:CipherData><enc:CipherReference URI="{uri}"/></enc:CipherData>'
+                "</enc:EncryptedData></encryption>")
+
+    folder = tmp_path / "books"
+    folder.mkdir()
+    write_epub(folder / "fonts.epub", parts={"META-INF/encryption.xml": encryption(
+        "http://www.idpf.org/2008/embedding", "OEBPS/fonts/serif.otf")})
+    write_epub(folder / "locked.epub", parts={"META-INF/encryption.xml": encryption(
+        "http://www.w3.org/2001/04/xmlenc#aes128-cbc", "OEBPS/text/ch1.xhtml")})
+    with caplog.at_level(logging.WARNING):
+        report = from_files([folder], tmp_path / "c.jsonl")
+    assert report.documents == 1 and [d.id for d in read_corpus(tmp_path / "c.jsonl")] == ["fonts.epub"]
+    ((path, why),) = report.skipped
+    assert path == str(folder / "locked.epub")
+    assert "encrypted (DRM: META-INF/encryption.xml encrypts OEBPS/text/ch1.xhtml with" in why and "aes128" in why
+    with pytest.raises(IngestError, match="locked.epub: an EPUB whose content is encrypted"):
+        from_files([folder / "locked.epub"], tmp_path / "d.jsonl", opts=IngestOptions(strict=True))
+
+
+def test_damaged_books_and_other_files_renamed_are_named_with_what_is_wrong(tmp_path):
+    def why(name: str, data: bytes) -> str:
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(Unreadable) as e:
+            extract_epub(tmp_path / name)
+        return str(e.value)
+
+    good = write_epub(tmp_path / "good.epub").read_bytes()
+    assert why("empty.epub", b"") == "an empty file (0 bytes), not an EPUB (.epub) file"
+    assert why("page.epub", b"<html>...</html>") == "not an EPUB (.epub) file: one is a zip archive, and this is none"
+    assert why("cut.epub", good[: len(good) // 2]).startswith("not a readable EPUB (.epub) file: its zip archive is "
+                                                             "truncated or damaged")
+    bad_opf = write_epub(tmp_path / "x.epub", extra="<oops").read_bytes()
+    assert why("opf.epub", bad_opf).startswith("not a readable EPUB (.epub) file: its part OEBPS/content.opf is not "
+                                               "well-formed XML (")
+    no_opf = write_epub(tmp_path / "y.epub", opf_name="OEBPS/missing.opf").read_bytes()
+    with zipfile.ZipFile(tmp_path / "z.epub", "w") as z:  # the container names a package document it lacks
+        with zipfile.ZipFile(tmp_path / "y.epub") as y:
+            for name in y.namelist():
+                if name != "OEBPS/missing.opf":
+                    z.writestr(name, y.read(name))
+    assert no_opf and why("lost.epub", (tmp_path / "z.epub").read_bytes()) == (
+        "not a readable EPUB (.epub) file: it has no part OEBPS/missing.opf")
+    with zipfile.ZipFile(tmp_path / "doc.epub", "w") as z:
+        z.writestr("[Content_Types].xml", "<Types/>")
+    assert why("doc.epub", (tmp_path / "doc.epub").read_bytes()).startswith(
+        "an Office Open XML file (Word, PowerPoint or Excel), not an EPUB (.epub) file")
+    with zipfile.ZipFile(tmp_path / "odt.epub", "w") as z:
+        z.writestr("mimetype", "application/vnd.oasis.opendocument.text")
+    assert why("odt.epub", (tmp_path / "odt.epub").read_bytes()) == (
+        "an OpenDocument text (.odt), not an EPUB (.epub) file")
+
+
+def test_a_missing_or_undecodable_chapter_is_named_and_the_rest_of_the_book_is_read(tmp_path, caplog):
+    path = write_epub(tmp_path / "b.epub", chapters={
+        **CHAPTERS, "text/ch3.xhtml": page("<p>caf\xe9</p>").replace("utf-8", "ascii")})
+    with zipfile.ZipFile(path) as z:
+        kept = {n: z.read(n) for n in z.namelist() if n != "OEBPS/text/ch1.xhtml"}
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in kept.items():
+            z.writestr(name, data)
+    with caplog.at_level(logging.WARNING):
+        ext = extract_epub(path)
+    assert "In 1460 Hugo built the church." in ext.paragraphs and ext.meta["chapters"] == 3
+    assert {m["chapter"] for m in ext.paragraph_meta} == {2}  # its place in the book, whatever is lost before it
+    assert "it has no part OEBPS/text/ch1.xhtml; the rest of it is read" in caplog.text
+    assert "its part OEBPS/text/ch3.xhtml is not valid ascii (byte 0xc3" in caplog.text
+
+
+def test_entity_bombs_are_not_expanded_and_zip_bombs_are_refused(tmp_path):
+    """A billion laughs in a chapter reads in bounded time and memory, its entities never expanded; one in the package
+    document is refused naming it (libxml2 stops at the amplification); a chapter that inflates a thousand times is
+    a zip bomb, as a .docx part is."""
+    laughs = ('<!DOCTYPE lolz [<!ENTITY lol "lol">' + "".join(
+        f'<!ENTITY lol{i} "{("&lol" + str(i - 1) + ";") * 10 if i else "&lol;" * 10}">' for i in range(10)) + "]>")
+    chapter = laughs.replace("lolz", "html") + page("<p>Safe &lol9; text.</p>").split("?>", 1)[1]
+    path = write_epub(tmp_path / "laughs.epub", chapters={"text/ch1.xhtml": chapter})
+    start = time.process_time()
+    ext = extract_epub(path)
+    assert time.process_time() - start < 1
+    assert ext.paragraphs == ["Safe &lol9; text."] and ext.title == "Harbour Tales"
+    with zipfile.ZipFile(path) as z:
+        parts = {n: z.read(n) for n in z.namelist()}
+    opf = parts["OEBPS/content.opf"].replace(b'<?xml version="1.0"?>', laughs.encode())
+    parts["OEBPS/content.opf"] = opf.replace(b"Harbour Tales</dc:title>", b"&lol9;</dc:title>")
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in parts.items():
+            z.writestr(name, data)
+    start = time.process_time()
+    with pytest.raises(Unreadable, match="its part OEBPS/content.opf is not well-formed XML .*amplification"):
+        extract_epub(path)
+    assert time.process_time() - start < 1
+    bomb = write_epub(tmp_path / "bomb.epub", chapters={"text/ch1.xhtml": page("<p>x</p>" + " " * (80 << 20))})
+    with pytest.raises(Unreadable, match="a zip bomb: its part OEBPS/text/ch1.xhtml expands from"):
+        extract_epub(bomb)
