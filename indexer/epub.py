@@ -8,7 +8,7 @@ blocks are (``markup.html_blocks``: headings open sections, a table row is one p
 text a browser hides and ``<del>`` text left out), every block of it: an e-book's documents hold no site navigation
 to drop. The navigation document (EPUB 3's ``nav``; the table of contents and the cover page that EPUB 2's guide or
 EPUB 3's landmarks name) is not read as text. Each paragraph carries ``chapter``, its document's number in reading
-order from 1 (counting the documents read), and ``section``, its heading path there, so a passage never mixes two
+order from 1 (counting the spine's documents but those not read as text), and ``section``, its heading path there, so a passage never mixes two
 chapters. The OPF's Dublin Core metadata gives the document's ``title`` (the main title where EPUB 3 marks one), its
 ``author`` (the creators in the author role, or in none; a list where there are several) and ``language``; ``meta``
 has those and ``chapters``, the count. A book whose content is encrypted (DRM: ``META-INF/encryption.xml`` naming

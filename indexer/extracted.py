@@ -178,6 +178,9 @@ def decompression_bomb(packed: int, size: int) -> str | None:
     return None
 
 
+# the OpenDocument files from-files reads, by their mimetype: the suffix to give one named as another kind of file
+_OPENDOCUMENT_SUFFIXES = {"application/vnd.oasis.opendocument.text": ".odt",
+                          "application/vnd.oasis.opendocument.presentation": ".odp"}
 OLE = b"\xd0\xcf\x11\xe0"  # how an OLE (Compound File) file starts: an old .doc or .ppt, or an encrypted .docx or .pptx
 
 
@@ -205,8 +208,10 @@ def not_office_file(path: Path, e: Exception, app: str, suffix: str, old: str) -
         except Exception as damaged:  # the zip reader raises many types on a damaged member (a bad CRC, bad data)
             return f"not a readable {kind}: its zip archive is damaged ({error_text(damaged)})"
         if mimetype.startswith(b"application/vnd.oasis.opendocument"):
-            return (f"an OpenDocument file ({mimetype.decode('ascii', 'replace')}), not a {kind}; save it as {suffix} "
-                    f"(in LibreOffice, or {convert})")
+            declared = mimetype.decode("ascii", "replace")
+            own = _OPENDOCUMENT_SUFFIXES.get(declared)  # one from-files reads under its own suffix
+            todo = f"rename it to {own}" if own else f"save it as {suffix} (in LibreOffice, or {convert})"
+            return f"an OpenDocument file ({declared}), not a {kind}; {todo}"
         if isinstance(e, ValueError) and "content type is" in str(e):  # another Office file (a workbook, ...)
             return f"not a {app} ({suffix}) document: {str(e).split(', ', 1)[-1]}"
     elif head.startswith(b"PK"):

@@ -1,11 +1,11 @@
-"""Documents -> a JSONL corpus: text, Markdown, HTML, PDF, Word, PowerPoint and EPUB files and directories, chunked
-into passages.
+"""Documents -> a JSONL corpus: text, Markdown, HTML, PDF, Word, PowerPoint, EPUB and OpenDocument (text and
+presentation) files and directories, chunked into passages.
 
     spanseek corpus from-files DOCS/ notes.md page.html --out corpus.jsonl [--max-tokens 200 --overlap 40]
         [--tokenizer model|words] [--id-field KEY] [--meta KEY=VALUE ...] [--strict]
 
 Directories are walked recursively (hidden files and folders skipped) for ``.txt``, ``.md``/``.markdown``,
-``.html``/``.htm``, ``.pdf``, ``.docx``, ``.pptx`` and ``.epub`` files; other files in them are ignored, while a file named
+``.html``/``.htm``, ``.pdf``, ``.docx``, ``.pptx``, ``.epub``, ``.odt`` and ``.odp`` files; other files in them are ignored, while a file named
 on the command line must have one of those suffixes. Each file is one document:
 
 - **id**: its path relative to the directory given (``guide/install.md``), or, for a file given by name, its path
@@ -55,21 +55,24 @@ on the command line must have one of those suffixes. Each file is one document:
 
   PDF files: ``indexer.documents`` (and ``indexer.pdf_layout``); Word files: ``indexer.word``, whose table rows read
   as above; PowerPoint files: ``indexer.slides``; EPUB e-books: ``indexer.epub``, each document of the book's spine
-  read as an HTML file's blocks are. Then ``indexer.chunking`` makes passages of them, never mixing two pages of a
+  read as an HTML file's blocks are; OpenDocument files: ``indexer.opendocument``, text as Word files are, presentations as PowerPoint
+  files are. Then ``indexer.chunking`` makes passages of them, never mixing two pages of a
   PDF, two slides, two chapters or two sections.
 - **meta**: ``source`` (the path), Markdown front matter (YAML), HTML ``<meta name|property=... content=...>``
   tags and a page's ``author`` and ``date`` (its byline as trafilatura reads it; the date ISO-8601), a PDF's page count (``pages``) or a deck's slide count (``slides``), an e-book's ``title``, ``author``,
-  ``language`` and chapter count (``chapters``), and the fixed ``extra_meta`` given; all of it is stored in the index and
+  ``language`` and chapter count (``chapters``), an OpenDocument file's ``title``, ``author`` and ``language`` (and a
+  presentation's ``slides``), and the fixed ``extra_meta`` given; all of it is stored in the index and
   comes back with hits. Passages of a PDF carry their ``page`` (and ``page_end`` when a paragraph runs onto the
-  next page), those of a PowerPoint file their ``slide`` and ``section`` (the slide's title), those of an e-book their
-  ``chapter`` and ``section``, those of a Word,
+  next page), those of a PowerPoint file or an OpenDocument presentation their ``slide`` and ``section`` (the slide's
+  title), those of an e-book their
+  ``chapter`` and ``section``, those of a Word, OpenDocument,
   Markdown or HTML file their ``section`` (the heading path, "Intro > Scope"); hits return them in ``meta`` too.
 
 Text files are read as UTF-8 (a BOM is allowed; any line ends), or as UTF-16 or UTF-32 when they begin with that
 encoding's byte order mark; an HTML page that is not UTF-8 in the encoding its ``<meta charset>`` declares. A file that is binary (has NUL bytes, anywhere), not valid
 UTF-8, or without text, a PDF without a text layer, a PDF, Word or PowerPoint file that cannot be read (damaged,
-truncated, encrypted, another kind of file renamed), an EPUB that cannot be read (the same, or DRM-protected), an
-old Word ``.doc`` or PowerPoint ``.ppt`` file in a folder
+truncated, encrypted, another kind of file renamed), an EPUB or OpenDocument file that cannot be read (the same,
+or DRM-protected, or password-protected), an old Word ``.doc`` or PowerPoint ``.ppt`` file in a folder
 (``UNREAD``), and a file or folder
 this process may not read are skipped with a warning naming it and the reason, and the other files are read
 (``strict`` makes a skip an error). Errors naming the file (and the line): front matter that is not valid YAML, that uses aliases (they
@@ -110,6 +113,7 @@ from spanseek.indexer.documents import extract_pdf
 from spanseek.indexer.epub import extract_epub
 from spanseek.indexer.extracted import Extracted, IngestError, Unreadable
 from spanseek.indexer.markup import LINE_END, extract_html, extract_markdown
+from spanseek.indexer.opendocument import extract_odp, extract_odt
 from spanseek.indexer.pdf_layout import dehyphenate
 from spanseek.indexer.slides import extract_pptx
 from spanseek.indexer.word import extract_docx
@@ -119,9 +123,11 @@ log = logging.getLogger(__name__)
 Reader = Callable[[Path, str, "IngestOptions"], "Document | str"]
 
 FORMATS = {".txt": "text", ".text": "text", ".md": "markdown", ".markdown": "markdown", ".html": "html",
-           ".htm": "html", ".pdf": "pdf", ".docx": "word", ".pptx": "powerpoint", ".epub": "epub"}
+           ".htm": "html", ".pdf": "pdf", ".docx": "word", ".pptx": "powerpoint", ".epub": "epub",
+           ".odt": "opendocument", ".odp": "opendocument presentation"}
 # formats read from bytes, not decoded as UTF-8 text
-_BINARY = {"pdf": extract_pdf, "word": extract_docx, "powerpoint": extract_pptx, "epub": extract_epub}
+_BINARY = {"pdf": extract_pdf, "word": extract_docx, "powerpoint": extract_pptx, "epub": extract_epub,
+           "opendocument": extract_odt, "opendocument presentation": extract_odp}
 # document formats that are not read, each with what to do instead: a folder's files of these are named as skipped
 UNREAD = {".doc": "an old Word (.doc) file, which from-files does not read; save it as .docx (in Word, or "
                   "`soffice --headless --convert-to docx FILE`) and ingest the result",
@@ -509,13 +515,14 @@ def corpus_problem(path: str | Path) -> str | None:
     out = (path.parent / f"{stem or 'corpus'}.jsonl").as_posix()
     then = f"; then index it with `spanseek index build --corpus {out} ...`"
     if path.is_dir():
-        return (f"{path} is a directory, not a JSONL corpus; make one of its .txt/.md/.html/.pdf/.docx/.pptx/.epub files "
+        return (f"{path} is a directory, not a JSONL corpus; make one of its .txt/.md/.html/.pdf/.docx/.pptx/.epub/.odt/.odp files "
                 f"with `spanseek corpus from-files {path} --out {out}`{then}")
     if not path.is_file():
         return f"corpus {path} does not exist"
     suffix = Path(path.name.lower().removesuffix(".gz")).suffix
     if suffix in FORMATS:
-        return (f"{path} is a {FORMATS[suffix]} file, not a JSONL corpus; "
+        article = "an" if FORMATS[suffix][0] in "aeiou" else "a"  # (an epub, an opendocument file)
+        return (f"{path} is {article} {FORMATS[suffix]} file, not a JSONL corpus; "
                 f"convert it with `spanseek corpus from-files {path} --out {out}`{then}")
     try:
         head = read_head(path)  # a leading BOM dropped
@@ -526,6 +533,6 @@ def corpus_problem(path: str | Path) -> str | None:
                 f"`spanseek corpus from-squad {path} --out {out}`{then}")
     if head.strip() and not head.lstrip().startswith("{"):
         return (f"{path} is not a JSONL corpus (one JSON object a line: {{\"id\", \"title\", \"paragraphs\"}}); "
-                "`spanseek corpus from-files` converts .txt/.md/.html/.pdf/.docx/.pptx/.epub files and directories of them, "
+                "`spanseek corpus from-files` converts .txt/.md/.html/.pdf/.docx/.pptx/.epub/.odt/.odp files and directories of them, "
                 "`spanseek corpus from-squad` SQuAD-format files")
     return None

@@ -14,12 +14,11 @@ from typing import Any
 
 from spanseek.indexer.extracted import OLE, Unreadable, error_text, zip_bomb
 
-# what a package's ``mimetype`` (or, for an Office file, its [Content_Types].xml) says it is, by the start of it
+# what a package's ``mimetype`` says it is
 _KINDS = {"application/epub+zip": "an EPUB e-book (.epub)",
           "application/vnd.oasis.opendocument.text": "an OpenDocument text (.odt)",
           "application/vnd.oasis.opendocument.presentation": "an OpenDocument presentation (.odp)",
-          "application/vnd.oasis.opendocument.spreadsheet": "an OpenDocument spreadsheet (.ods)",
-          "application/vnd.oasis.opendocument": "an OpenDocument file"}
+          "application/vnd.oasis.opendocument.spreadsheet": "an OpenDocument spreadsheet (.ods)"}
 
 
 def xml_of(data: bytes) -> Any:
@@ -48,8 +47,8 @@ class Package:
         if "mimetype" in self.names:
             declared = self.read("mimetype").decode("ascii", "replace").strip()
             if declared != mimetype:
-                what = next((name for start, name in _KINDS.items() if declared.startswith(start)),
-                            f"a package of type {declared!r}")
+                what = _KINDS.get(declared) or (f"an OpenDocument file ({declared})" if declared.startswith(
+                    "application/vnd.oasis.opendocument") else f"a package of type {declared!r}")
                 raise Unreadable(f"{what}, not an {kind}")
         elif "[Content_Types].xml" in self.names:
             raise Unreadable(f"an Office Open XML file (Word, PowerPoint or Excel), not an {kind}; rename it to its "

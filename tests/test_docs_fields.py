@@ -162,7 +162,9 @@ def test_the_pages_name_every_format_a_file_write_reads():
     from spanseek.indexer.ingest import FORMATS
 
     names = {"text": "text", "markdown": "Markdown", "html": "HTML", "pdf": "PDF", "word": "Word",
-             "powerpoint": "PowerPoint", "epub": "EPUB"}
+             "powerpoint": "PowerPoint", "epub": "EPUB",
+             "opendocument": "OpenDocument",
+             "opendocument presentation": "OpenDocument"}
     assert set(FORMATS.values()) == set(names)
     for page, where in (("README.md", r"`PUT /files/\{name\}` \(([^)]*)\)"),
                         ("docs/python.md", r"`POST /files/\{name\}`: ([^;]*);")):

@@ -110,7 +110,7 @@ def test_a_file_that_is_no_pptx_is_named_for_what_it_is(tmp_path):
         "empty.pptx": "an empty file (0 bytes), not a PowerPoint (.pptx) file",
         "text.pptx": "not a PowerPoint (.pptx) file: a .pptx is a zip archive, and this is none",
         "talk.pptx": "an OpenDocument file (application/vnd.oasis.opendocument.presentation), not a PowerPoint (.pptx) "
-                     "file; save it as .pptx (in LibreOffice, or `soffice --convert-to pptx`)",
+                     "file; rename it to .odp",
         "letter.pptx": "not a PowerPoint (.pptx) document: content type is "
                        "'application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml'",
     }

@@ -256,8 +256,8 @@ def test_a_file_that_is_no_docx_is_named_for_what_it_is(tmp_path, caplog):
         "letter.docx": "an RTF file, not a Word (.docx) file; save it as .docx (in Word, or `soffice --convert-to docx`)",
         "empty.docx": "an empty file (0 bytes), not a Word (.docx) file",
         "cut.docx": "not a readable Word (.docx) file: its zip archive is truncated or damaged",
-        "notes.docx": "an OpenDocument file (application/vnd.oasis.opendocument.text), not a Word (.docx) file; save "
-                      "it as .docx (in LibreOffice, or `soffice --convert-to docx`)",
+        "notes.docx": "an OpenDocument file (application/vnd.oasis.opendocument.text), not a Word (.docx) file; "
+                      "rename it to .odt",
         "old.doc": "an old Word (.doc) file, which from-files does not read; save it as .docx (in Word, or "
                    "`soffice --headless --convert-to docx FILE`) and ingest the result",
     }

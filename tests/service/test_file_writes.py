@@ -174,19 +174,24 @@ def test_a_pdf_file_keeps_its_pages(write_settings, tmp_path):
         assert stored["meta"]["pages"] == 3 and [m["page"] for m in stored["passage_meta"]] == [1, 2, 3]
 
 
-def test_an_epub_file_keeps_its_chapters_and_the_book_s_metadata(write_settings, tmp_path, tiny_model_dir):
+@pytest.mark.parametrize(("name", "title", "passage_meta"), [
+    ("books/tales.epub", "Harbour Tales", {"chapter": 1, "section": "The bridge"}),
+    ("guide.odt", "Harbour guide 2026", {"section": "The bridge"})])
+def test_epub_and_odt_files_keep_their_chapters_sections_and_metadata(write_settings, tmp_path, tiny_model_dir, name,
+                                                                      title, passage_meta):
     from tests.indexer.test_epub import write_epub
+    from tests.indexer.test_opendocument import write_odt
 
-    path = write_epub(tmp_path / "tales.epub")
+    path = (write_epub if name.endswith(".epub") else write_odt)(tmp_path / name.rsplit("/", 1)[-1])
     with serving(create_app(write_settings())) as client:
-        r = client.put("/files/books/tales.epub", headers=KEY, content=path.read_bytes())
-        assert r.status_code == 200 and r.json()["title"] == "Harbour Tales", r.text
-        stored = client.get("/documents/books/tales.epub", headers=KEY).json()
-        expected = from_files_document(path, tiny_model_dir, doc_id="books/tales.epub")
-        expected["meta"]["source"] = "books/tales.epub"
+        r = client.put(f"/files/{name}", headers=KEY, content=path.read_bytes())
+        assert r.status_code == 200 and r.json()["title"] == title, r.text
+        stored = client.get(f"/documents/{name}", headers=KEY).json()
+        expected = from_files_document(path, tiny_model_dir, doc_id=name)
+        expected["meta"]["source"] = name
         assert stored == expected and stored["meta"]["author"] == "Ann Gala"
-        assert [m["chapter"] for m in stored["passage_meta"]] == [1, 1, 2]
-        assert found(client, "books/tales.epub", "passage")
+        assert stored["passage_meta"][0] == passage_meta
+        assert found(client, name, "passage")
 
 
 def test_the_client_writes_files_by_path_or_bytes(write_settings, tmp_path, live):

@@ -1,0 +1,414 @@
+"""OpenDocument text files (.odt: LibreOffice Writer's) -> paragraphs with their heading paths, and presentations
+(.odp: Impress's) -> paragraphs with their slide, for ``indexer.ingest``.
+
+    spanseek corpus from-files minutes.odt talk.odp DOCS/ --out corpus.jsonl
+
+``content.xml``'s body is read in order, as a Word file's is (``indexer.word``): paragraphs, headings (``text:h``,
+opening a section at their outline level: ``extracted.Sections``), list items after the number or bullet their list
+style shows ("2. Configure", "1.2 Scope", "• Item"), the rows of tables (one paragraph each, the cells named by the
+header rows: "Route: Kellerton to Kirkwall; Departure: 09:15"; a cell merged over rows in each of them) and the
+contents of sections; a paragraph's footnotes, endnotes and text boxes follow it as paragraphs of their own. Left out:
+generated indexes (a table of contents, an alphabetical index), tracked deletions, comments, hidden paragraphs and
+sections, and text in a style that hides it. ``meta.xml`` gives the ``title`` (else the first paragraph in the
+"Title" style, else the first heading), the ``author`` (the initial creator, else the last one to save it) and the
+``language``. A presentation (``extract_odp``) reads as a PowerPoint file does (``indexer.slides``): each slide's
+title, its other shapes top to bottom and left to right, their paragraphs, lists and tables as a text's, then its
+notes; each paragraph with its ``slide`` and ``section`` (the slide's title). A password-protected file, a damaged one and another kind of file renamed are ``Unreadable``, saying
+which (``indexer.packaged``, which bounds zip bombs and XML entities as the Office readers do).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from spanseek.indexer.extracted import Extracted, Sections, Unreadable, header_names, row_text
+from spanseek.indexer.html_shown import counted
+from spanseek.indexer.packaged import Package
+
+KIND = "OpenDocument text (.odt) file"
+PRESENTATION_KIND = "OpenDocument presentation (.odp) file"
+_OFFICE = "{urn:oasis:names:tc:opendocument:xmlns:office:1.0}"
+_TEXT = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"
+_TABLE = "{urn:oasis:names:tc:opendocument:xmlns:table:1.0}"
+_DRAW = "{urn:oasis:names:tc:opendocument:xmlns:drawing:1.0}"
+_STYLE = "{urn:oasis:names:tc:opendocument:xmlns:style:1.0}"
+_META = "{urn:oasis:names:tc:opendocument:xmlns:meta:1.0}"
+_MANIFEST = "{urn:oasis:names:tc:opendocument:xmlns:manifest:1.0}"
+_DC = "{http://purl.org/dc/elements/1.1/}"
+_PRESENTATION = "{urn:oasis:names:tc:opendocument:xmlns:presentation:1.0}"
+_SVG = "{urn:oasis:names:tc:opendocument:xmlns:svg-compatible:1.0}"
+# a slide's placeholders that are not read: its number, date, footer and header (the deck repeats them), and the
+# notes page's picture of the slide
+_NOT_READ = {"page-number", "date-time", "footer", "header", "page"}
+# a shape's position ("2.5cm") and its unit's length in centimetres
+_LENGTH = re.compile(r"\s*(-?\d+(?:\.\d*)?|-?\.\d+)\s*([a-z]*)\s*")
+_UNITS = {"cm": 1.0, "mm": 0.1, "in": 2.54, "pt": 2.54 / 72, "pc": 2.54 / 6, "px": 2.54 / 96}
+# body elements that hold no text of the document's own: generated indexes (the headings again, with page numbers),
+# the tracked changes' record (deleted text), declarations, forms
+_SKIPPED = {f"{_TEXT}{tag}" for tag in (
+    "table-of-content", "alphabetical-index", "illustration-index", "table-index", "object-index", "user-index",
+    "bibliography", "tracked-changes", "sequence-decls", "variable-decls", "user-field-decls", "dde-connection-decls",
+    "note-citation")} | {f"{_OFFICE}{tag}" for tag in ("annotation", "forms")}
+_SPACES = {f"{_TEXT}s", f"{_TEXT}tab", f"{_TEXT}line-break"}
+_ROWS = {f"{_TABLE}table-header-rows", f"{_TABLE}table-rows", f"{_TABLE}table-row-group"}
+
+
+def _int(value: str | None, default: int = 1) -> int:
+    return int(value) if value and value.isdecimal() and len(value) < 6 else default
+
+
+def _line(text: str) -> str:
+    return " ".join(text.split())
+
+
+class _Styles:
+    """A document's styles by name (``content.xml``'s automatic ones, then ``styles.xml``'s): their parents, the list
+    styles, and which hide their text (``text:display="none"``)."""
+
+    def __init__(self, *roots: Any) -> None:
+        self.parents: dict[str, str] = {}
+        self.lists: dict[str, Any] = {}
+        self.hidden: set[str] = set()
+        for root in roots:
+            for style in root.iter(f"{_STYLE}style"):
+                name = style.get(f"{_STYLE}name", "")
+                self.parents.setdefault(name, style.get(f"{_STYLE}parent-style-name", ""))
+                props = style.find(f"{_STYLE}text-properties")
+                if props is not None and props.get(f"{_TEXT}display") == "none":
+                    self.hidden.add(name)
+            for lists in root.iter(f"{_TEXT}list-style"):
+                self.lists.setdefault(lists.get(f"{_STYLE}name", ""), lists)
+
+    def chain(self, name: str | None) -> Iterator[str]:
+        """A style's name and its parents' (at most 16: a loop of parents ends)."""
+        for _ in range(16):
+            if not name:
+                return
+            yield name
+            name = self.parents.get(name)
+
+    def hides(self, element: Any) -> bool:
+        return any(name in self.hidden for name in self.chain(element.get(f"{_TEXT}style-name")))
+
+    def is_title(self, element: Any) -> bool:
+        return "Title" in self.chain(element.get(f"{_TEXT}style-name"))
+
+
+class _Lists:
+    """The numbers list items show: each list style's counters by level, so a list that continues another
+    (``text:continue-numbering``) counts on."""
+
+    def __init__(self, styles: _Styles) -> None:
+        self.styles = styles
+        self.counters: dict[str, list[int]] = {}
+
+    def label(self, style: str, counters: list[int], level: int, start: str | None) -> str:
+        """The label of the next item at ``level`` (1 outermost) of a list of ``style``: a bullet's character, or its
+        number formatted as the style's level says (prefix, format "1", "a", "A", "i", "I", suffix, and the numbers of
+        the levels above it that it displays: "1.2"); "" for a level that shows none."""
+        del counters[level:]  # an item ends the numbering of the levels below it
+        counters += [0] * (level - len(counters))
+        definition = self._level(style, level)
+        if start is not None:  # the item's own start value
+            counters[level - 1] = _int(start)
+        elif counters[level - 1]:
+            counters[level - 1] += 1
+        else:  # the level's first item: the level's start value
+            counters[level - 1] = _int(definition.get(f"{_TEXT}start-value") if definition is not None else None)
+        if definition is None:
+            return ""
+        if definition.tag == f"{_TEXT}list-level-style-bullet":
+            return definition.get(f"{_TEXT}bullet-char", "\u2022")
+        if definition.tag != f"{_TEXT}list-level-style-number" or not definition.get(f"{_STYLE}num-format", "1"):
+            return ""  # (an image's bullet, a level numbered with no number shown)
+        shown = [counted(counters[lv - 1], self._format(style, lv))
+                 for lv in range(max(1, level - _int(definition.get(f"{_TEXT}display-levels")) + 1), level + 1)]
+        return (definition.get(f"{_STYLE}num-prefix", "") + ".".join(shown)
+                + definition.get(f"{_STYLE}num-suffix", ""))
+
+    def _level(self, style: str, level: int) -> Any:
+        lists = self.styles.lists.get(style)
+        if lists is None:
+            return None
+        return next((d for d in lists if _int(d.get(f"{_TEXT}level")) == level), None)
+
+    def _format(self, style: str, level: int) -> str:
+        definition = self._level(style, level)
+        return definition.get(f"{_STYLE}num-format", "1") if definition is not None else "1"
+
+
+class _OdfText:
+    """An OpenDocument text's body in reading order (``Sections``), as ``indexer.word._WordText`` reads Word's."""
+
+    def __init__(self, styles: _Styles) -> None:
+        self.styles = styles
+        self.lists = _Lists(styles)
+        self.sections = Sections()
+        self.title: str | None = None
+        self.first_heading: str | None = None
+
+    def blocks(self, container: Any, list_style: str = "", counters: list[int] | None = None, level: int = 0,
+               label: str = "") -> str:
+        """Reads a container's paragraphs, headings, lists, tables and sections in order; ``label``, a list item's
+        number, goes before its first paragraph (it is returned where the item has none)."""
+        for child in container:
+            tag = child.tag
+            if tag in _SKIPPED or not isinstance(tag, str) or self.styles.hides(child):
+                continue
+            if tag in (f"{_TEXT}p", f"{_TEXT}h"):
+                self.paragraph(child, label)
+                label = ""
+            elif tag == f"{_TEXT}list":
+                self.list(child, list_style, counters, level)
+            elif tag == f"{_TABLE}table":
+                self.table(child)
+            elif tag == f"{_TEXT}section" and child.get(f"{_TEXT}display") != "none":
+                self.blocks(child)
+            elif tag == f"{_TEXT}soft-page-break":
+                continue
+            else:  # frames anchored to the page, text boxes, a slide's shapes
+                for box in [child] if child.tag == f"{_DRAW}text-box" else _boxes(child):
+                    self.blocks(box)
+        return label
+
+    def list(self, element: Any, outer: str, counters: list[int] | None, level: int) -> None:
+        """A list's items, each after its label; a list nested in an item counts its own level."""
+        style = element.get(f"{_TEXT}style-name") or outer
+        if counters is None:  # an outermost list: it counts anew unless it continues the last of its style
+            counters = self.lists.counters.setdefault(style, [])
+            if element.get(f"{_TEXT}continue-numbering") != "true" and not element.get(f"{_TEXT}continue-list"):
+                counters.clear()
+        for item in element:
+            if item.tag == f"{_TEXT}list-item":
+                label = self.lists.label(style, counters, level + 1, item.get(f"{_TEXT}start-value"))
+                if left := self.blocks(item, style, counters, level + 1, label):
+                    self.sections.add(left)  # an item with no paragraph of its own: its number alone
+            elif item.tag == f"{_TEXT}list-header":  # a paragraph of the list without a number
+                self.blocks(item, style, counters, level + 1)
+
+    def paragraph(self, p: Any, label: str = "") -> None:
+        """A paragraph or heading: its text after its list label, then its notes and text boxes."""
+        if any(h.get(f"{_TEXT}is-hidden") == "true" for h in p.iter(f"{_TEXT}hidden-paragraph")):
+            return  # a paragraph its condition hides
+        extras: list[Any] = []
+        text = _line(self.inline(p, extras))
+        level = _int(p.get(f"{_TEXT}outline-level")) if p.tag == f"{_TEXT}h" else 0
+        if p.tag == f"{_TEXT}p" and self.styles.is_title(p) and text and self.title is None:
+            self.title = text  # the title is the document's, not a passage's
+        else:
+            self.first_heading = self.first_heading or (text if level else None)
+            self.sections.add(f"{label} {text}" if label and text else text, level)
+        self.extras(extras)
+
+    def inline(self, element: Any, extras: list[Any]) -> str:
+        """An element's text with its spans', links' and fields'; spaces, tabs and line breaks as spaces; notes and
+        text boxes to ``extras``; hidden text, comments and note marks left out."""
+        parts = [element.text or ""]
+        for child in element:
+            tag = child.tag
+            if not isinstance(tag, str) or tag in _SKIPPED or self.styles.hides(child) or (
+                    tag == f"{_TEXT}hidden-text" and child.get(f"{_TEXT}is-hidden") != "false"):
+                pass
+            elif tag in _SPACES:
+                parts.append(" ")
+            elif tag == f"{_TEXT}note":
+                extras += child.findall(f"{_TEXT}note-body")
+            elif tag == f"{_DRAW}frame":
+                extras += _boxes(child)
+            else:
+                parts.append(self.inline(child, extras))
+            parts.append(child.tail or "")
+        return "".join(parts)
+
+    def extras(self, extras: list[Any]) -> None:
+        for body in extras:
+            self.blocks(body)
+
+    def cell(self, cell: Any, extras: list[Any]) -> str:
+        """A table cell's text on one line: its paragraphs, lists' items and nested tables' cells, a space apart."""
+        return _line(" ".join(self.inline(p, extras) for p in self.cell_paragraphs(cell)))
+
+    def cell_paragraphs(self, element: Any) -> Iterator[Any]:
+        """The paragraphs and headings in a cell, those of its lists and nested tables too (not its notes': they
+        follow the row), hidden ones left out."""
+        for child in element:
+            if not isinstance(child.tag, str) or child.tag in _SKIPPED or self.styles.hides(child):
+                continue
+            if child.tag in (f"{_TEXT}p", f"{_TEXT}h"):
+                yield child
+            else:
+                yield from self.cell_paragraphs(child)
+
+    def table(self, table: Any) -> None:
+        """A table's rows, each one paragraph whose cells are named by the header rows (``table:table-header-rows``,
+        else a first row in the "Table Heading" style): a cell merged over columns read once (a header cell so merged
+        names each of them, ``header_names``), one merged over rows in each of its rows."""
+        rows = list(_rows(table))
+        heads = sum(head for head, _ in rows)
+        first = [p.get(f"{_TEXT}style-name") for p in rows[0][1].iter(f"{_TEXT}p")] if rows else []
+        if not heads and first and all("Table_20_Heading" in self.styles.chain(name) for name in first):
+            heads = 1
+        heads = heads if heads < len(rows) else 0
+        spanning: dict[int, tuple[int, str]] = {}  # a column -> (the last row a cell merged over rows spans, its text)
+        grid: list[list[tuple[int, int, str]]] = []
+        extras: list[list[Any]] = []
+        for r, (_, row) in enumerate(rows):
+            cells, row_extras, column = [], [], 0
+            for cell in row:
+                repeated = _int(cell.get(f"{_TABLE}number-columns-repeated"))
+                if cell.tag == f"{_TABLE}covered-table-cell":
+                    if column in spanning and spanning[column][0] >= r:
+                        cells.append((column, column + 1, spanning[column][1]))
+                    column += repeated
+                    continue
+                if cell.tag != f"{_TABLE}table-cell":
+                    continue
+                span = _int(cell.get(f"{_TABLE}number-columns-spanned"))
+                text = self.cell(cell, row_extras)
+                if (down := _int(cell.get(f"{_TABLE}number-rows-spanned"))) > 1 and r >= heads:
+                    spanning[column] = (r + down - 1, text)
+                if text:
+                    cells.append((column, column + span, text))
+                column += span if repeated == 1 else repeated  # (empty cells repeated to the table's edge)
+            grid.append(cells)
+            extras.append(row_extras)
+        width = max((end for cells in grid for _, end, _ in cells), default=0)
+        names = header_names(grid[:heads], width) if heads else [""] * width
+        for cells, row_extras in zip(grid[heads:], extras[heads:], strict=True):
+            self.sections.add(row_text([text for _, _, text in cells], [names[start] for start, _, _ in cells]))
+            self.extras(row_extras)
+
+
+def _boxes(element: Any) -> Iterator[Any]:
+    """The text boxes in an element, not those inside them (read with the box around them)."""
+    for child in element:
+        if child.tag == f"{_DRAW}text-box":
+            yield child
+        elif isinstance(child.tag, str):
+            yield from _boxes(child)
+
+
+def _rows(table: Any) -> Iterator[tuple[bool, Any]]:
+    """A table's rows in order, each with whether it is a header row (in ``table:table-header-rows``)."""
+    def walk(element: Any, head: bool) -> Iterator[tuple[bool, Any]]:
+        for child in element:
+            if child.tag == f"{_TABLE}table-row":
+                yield head, child
+            elif child.tag in _ROWS:
+                yield from walk(child, head or child.tag == f"{_TABLE}table-header-rows")
+
+    return walk(table, False)
+
+
+def _metadata(package: Package) -> dict[str, Any]:
+    """``title``, ``author`` (the initial creator, else the last to save it) and ``language`` from ``meta.xml``."""
+    if "meta.xml" not in package.names:
+        return {}
+    meta = package.xml("meta.xml").find(f"{_OFFICE}meta")
+    if meta is None:
+        return {}
+
+    def first(*tags: str) -> str:
+        return next((text for tag in tags for e in meta.iterfind(tag) if (text := _line("".join(e.itertext())))), "")
+
+    found = {"title": first(f"{_DC}title"), "author": first(f"{_META}initial-creator", f"{_DC}creator"),
+             "language": first(f"{_DC}language")}
+    return {key: value for key, value in found.items() if value}
+
+
+def _refuse_password(package: Package) -> None:
+    """Unreadable for a password-protected file: its manifest records content.xml as encrypted."""
+    name = "META-INF/manifest.xml"
+    if name not in package.names:
+        return
+    for entry in package.xml(name).iter(f"{_MANIFEST}file-entry"):
+        if entry.get(f"{_MANIFEST}full-path") == "content.xml" and entry.find(f"{_MANIFEST}encryption-data") is not None:
+            raise Unreadable(f"a password-protected {KIND} (its content.xml is encrypted); remove the password (in "
+                             "LibreOffice: File > Properties > General, or save a copy without it) and ingest the result")
+
+
+def _body(path: Path, kind: str, mimetype: str, body: str) -> tuple[Any, _Styles, dict[str, Any]]:
+    """An OpenDocument file's body (office:``body``: "text", "presentation"), its styles and its metadata; Unreadable,
+    saying why, for a file that cannot be read as one of ``kind``."""
+    package = Package(path, kind, mimetype)
+    try:
+        _refuse_password(package)
+        content = package.xml("content.xml")
+        styles = _Styles(content, *([package.xml("styles.xml")] if "styles.xml" in package.names else []))
+        meta = _metadata(package)
+    finally:
+        package.close()
+    found = content.find(f"{_OFFICE}body/{_OFFICE}{body}")
+    if found is None:
+        raise Unreadable(f"not an {kind}: its content.xml has no office:{body} body")
+    return found, styles, meta
+
+
+def extract_odt(path: Path) -> Extracted:
+    """The body's paragraphs, list items and table rows in order, each with its ``section`` when it has one; the
+    title, author and language from meta.xml."""
+    body, styles, meta = _body(path, KIND, "application/vnd.oasis.opendocument.text", "text")
+    reader = _OdfText(styles)
+    reader.blocks(body)
+    return reader.sections.extracted(meta.get("title") or reader.title or reader.first_heading, meta)
+
+
+def _length(value: str | None) -> float:
+    """A position ("2.5cm", "1in", "72pt") in centimetres; 0 for none, or one in a unit not known."""
+    found = _LENGTH.fullmatch(value or "")
+    return float(found.group(1)) * _UNITS.get(found.group(2), 0.0) if found else 0.0
+
+
+def _shapes(container: Any) -> list[Any]:
+    """A slide's (or a group's) shapes in reading order, top to bottom then left to right, a group's shapes in its
+    place (at its first shape's); the slide number, date and footer placeholders and the notes page's picture of the
+    slide left out."""
+    placed: list[tuple[tuple[float, float], list[Any]]] = []
+    for shape in container:
+        if not isinstance(shape.tag, str) or not shape.tag.startswith(_DRAW):
+            continue
+        if shape.get(f"{_PRESENTATION}class") in _NOT_READ:
+            continue
+        inner = _shapes(shape) if shape.tag == f"{_DRAW}g" else [shape]
+        if inner:
+            first = inner[0]
+            placed.append(((_length(first.get(f"{_SVG}y")), _length(first.get(f"{_SVG}x"))), inner))
+    return [shape for _, shapes in sorted(placed, key=lambda p: p[0]) for shape in shapes]
+
+
+def _slide_text(reader: _OdfText, page: Any) -> tuple[str, list[str]]:
+    """(a slide's title, its paragraphs: the title, its other shapes' in reading order, its notes)."""
+    reader.sections = Sections()
+    shapes = _shapes(page)
+    titles = [s for s in shapes if s.get(f"{_PRESENTATION}class") == "title"]
+    for shape in titles:
+        reader.blocks(shape)
+    title = " ".join(reader.sections.texts)
+    for shape in shapes:
+        if shape not in titles:
+            reader.blocks(shape)
+    notes = page.find(f"{_PRESENTATION}notes")
+    for shape in _shapes(notes) if notes is not None else []:
+        reader.blocks(shape)
+    return title, reader.sections.texts
+
+
+def extract_odp(path: Path) -> Extracted:
+    """Each slide's paragraphs in order (its title first, its notes last), each with its ``slide`` and ``section``
+    (the slide's title); the title, author and language from meta.xml, and ``slides``, the count."""
+    body, styles, meta = _body(path, PRESENTATION_KIND, "application/vnd.oasis.opendocument.presentation",
+                               "presentation")
+    reader = _OdfText(styles)
+    paragraphs: list[str] = []
+    metas: list[dict[str, Any]] = []
+    first_title = ""
+    pages = body.findall(f"{_DRAW}page")
+    for number, page in enumerate(pages, start=1):
+        title, texts = _slide_text(reader, page)
+        first_title = first_title or title
+        paragraphs += texts
+        metas += [{"slide": number, **({"section": title} if title else {})}] * len(texts)
+    return Extracted(meta.get("title") or first_title or None, paragraphs, {**meta, "slides": len(pages)}, metas)
