@@ -5,8 +5,8 @@ presentation) files and directories, chunked into passages.
         [--tokenizer model|words] [--id-field KEY] [--meta KEY=VALUE ...] [--strict]
 
 Directories are walked recursively (hidden files and folders skipped) for ``.txt``, ``.md``/``.markdown``,
-``.html``/``.htm``, ``.pdf``, ``.docx``, ``.pptx``, ``.epub``, ``.odt`` and ``.odp`` files; other files in them are ignored, while a file named
-on the command line must have one of those suffixes. Each file is one document:
+``.html``/``.htm``, ``.pdf``, ``.docx``, ``.pptx``, ``.epub``, ``.odt`` and ``.odp`` files; other files in them are
+ignored, while a file named on the command line must have one of those suffixes. Each file is one document:
 
 - **id**: its path relative to the directory given (``guide/install.md``), or, for a file given by name, its path
   as given, in Unicode's composed form (NFC: ``café.md`` whether the file system spells the accent as one character
@@ -55,18 +55,16 @@ on the command line must have one of those suffixes. Each file is one document:
 
   PDF files: ``indexer.documents`` (and ``indexer.pdf_layout``); Word files: ``indexer.word``, whose table rows read
   as above; PowerPoint files: ``indexer.slides``; EPUB e-books: ``indexer.epub``, each document of the book's spine
-  read as an HTML file's blocks are; OpenDocument files: ``indexer.opendocument``, text as Word files are, presentations as PowerPoint
-  files are. Then ``indexer.chunking`` makes passages of them, never mixing two pages of a
-  PDF, two slides, two chapters or two sections.
+  read as an HTML file's blocks are; OpenDocument files: ``indexer.opendocument``, text as Word files are,
+  presentations as PowerPoint files are. Then ``indexer.chunking`` makes passages of them, never mixing two pages of
+  a PDF, two slides, two chapters or two sections.
 - **meta**: ``source`` (the path), Markdown front matter (YAML), HTML ``<meta name|property=... content=...>``
-  tags and a page's ``author`` and ``date`` (its byline as trafilatura reads it; the date ISO-8601), a PDF's page count (``pages``) or a deck's slide count (``slides``), an e-book's ``title``, ``author``,
-  ``language`` and chapter count (``chapters``), an OpenDocument file's ``title``, ``author`` and ``language`` (and a
+  tags and a page's ``author`` and ``date`` (its byline as trafilatura reads it; the date ISO-8601), a PDF's page count (``pages``) or a deck's slide count (``slides``),
+  an e-book's ``title``, ``author``, ``language`` and chapter count (``chapters``), an OpenDocument file's ``title``, ``author`` and ``language`` (and a
   presentation's ``slides``), and the fixed ``extra_meta`` given; all of it is stored in the index and
   comes back with hits. Passages of a PDF carry their ``page`` (and ``page_end`` when a paragraph runs onto the
   next page), those of a PowerPoint file or an OpenDocument presentation their ``slide`` and ``section`` (the slide's
-  title), those of an e-book their
-  ``chapter`` and ``section``, those of a Word, OpenDocument,
-  Markdown or HTML file their ``section`` (the heading path, "Intro > Scope"); hits return them in ``meta`` too.
+  title), those of an e-book their ``chapter`` and ``section``, those of a Word, OpenDocument, Markdown or HTML file their ``section`` (the heading path, "Intro > Scope"); hits return them in ``meta`` too.
 
 Text files are read as UTF-8 (a BOM is allowed; any line ends), or as UTF-16 or UTF-32 when they begin with that
 encoding's byte order mark; an HTML page that is not UTF-8 in the encoding its ``<meta charset>`` declares. A file that is binary (has NUL bytes, anywhere), not valid
@@ -515,8 +513,8 @@ def corpus_problem(path: str | Path) -> str | None:
     out = (path.parent / f"{stem or 'corpus'}.jsonl").as_posix()
     then = f"; then index it with `spanseek index build --corpus {out} ...`"
     if path.is_dir():
-        return (f"{path} is a directory, not a JSONL corpus; make one of its .txt/.md/.html/.pdf/.docx/.pptx/.epub/.odt/.odp files "
-                f"with `spanseek corpus from-files {path} --out {out}`{then}")
+        return (f"{path} is a directory, not a JSONL corpus; make one of its "
+                f".txt/.md/.html/.pdf/.docx/.pptx/.epub/.odt/.odp files with `spanseek corpus from-files {path} --out {out}`{then}")
     if not path.is_file():
         return f"corpus {path} does not exist"
     suffix = Path(path.name.lower().removesuffix(".gz")).suffix
