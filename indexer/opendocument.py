@@ -184,6 +184,8 @@ class _OdfText:
         for item in element:
             if item.tag == f"{_TEXT}list-item":
                 label = self.lists.label(style, counters, level + 1, item.get(f"{_TEXT}start-value"))
+                if (shown := item.find(f"{_TEXT}number")) is not None:  # the label as the application wrote it
+                    label = _line(shown.text or "")
                 if left := self.blocks(item, style, counters, level + 1, label):
                     self.sections.add(left)  # an item with no paragraph of its own: its number alone
             elif item.tag == f"{_TEXT}list-header":  # a paragraph of the list without a number
@@ -214,6 +216,8 @@ class _OdfText:
                 pass
             elif tag in _SPACES:
                 parts.append(" ")
+            elif tag == f"{_TEXT}number":  # a numbered heading's number as the application wrote it ("1.2")
+                parts.append(f"{child.text or ''} ")
             elif tag == f"{_TEXT}note":
                 extras += child.findall(f"{_TEXT}note-body")
             elif tag == f"{_DRAW}frame":

@@ -227,3 +227,12 @@ def test_a_text_box_inside_a_text_box_reads_once(tmp_path):
     inner = '<draw:frame><draw:text-box><text:p>Inner note.</text:p></draw:text-box></draw:frame>'
     body = f'<text:p><draw:frame><draw:text-box><text:p>Outer{inner} box.</text:p></draw:text-box></draw:frame>x</text:p>'
     assert extract_odt(write_odt(tmp_path / "boxes.odt", body=body)).paragraphs == ["x", "Outer box.", "Inner note."]
+
+
+def test_numbers_the_file_writes_out_read_once_before_their_text(tmp_path):
+    """A numbered heading and a list item may hold their number as shown (text:number): it reads before the text,
+    apart from it, and in place of the number the list style would give."""
+    body = ('<text:h text:outline-level="1"><text:number>2</text:number>Scope</text:h><text:list text:style-name="L1">'
+            "<text:list-item><text:number>7.</text:number><text:p>Moor the ferry</text:p></text:list-item></text:list>")
+    ext = extract_odt(write_odt(tmp_path / "n.odt", body=body))
+    assert ext.paragraphs == ["2 Scope", "7. Moor the ferry"] and ext.paragraph_meta[0] == {"section": "2 Scope"}
