@@ -163,6 +163,9 @@ def test_entity_bombs_and_zip_bombs_are_refused_in_bounded_time(tmp_path):
     with pytest.raises(Unreadable, match="content.xml is not well-formed XML .*amplification"):
         extract_odt(write_odt(tmp_path / "laughs.odt", content=content))
     assert time.process_time() - start < 1
+    deep = "<text:p>" + "<text:span>" * 10_000 + "deep" + "</text:span>" * 10_000 + "</text:p>"
+    with pytest.raises(Unreadable, match="content.xml is not well-formed XML .Excessive depth in document: 256"):
+        extract_odt(write_odt(tmp_path / "deep.odt", body=deep))  # as python-docx's parser refuses it in a .docx
     with pytest.raises(Unreadable, match="a zip bomb: its part content.xml expands from"):
         extract_odt(write_odt(tmp_path / "bomb.odt", body="<text:p>x</text:p>" + " " * (80 << 20)))
     assert from_files([tmp_path / "laughs.odt", write_odt(tmp_path / "ok.odt")], tmp_path / "c.jsonl",
