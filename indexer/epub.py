@@ -8,8 +8,9 @@ blocks are (``markup.html_blocks``: headings open sections, a table row is one p
 text a browser hides and ``<del>`` text left out), every block of it: an e-book's documents hold no site navigation
 to drop. The navigation document (EPUB 3's ``nav``; the table of contents and the cover page that EPUB 2's guide or
 EPUB 3's landmarks name) is not read as text. Each paragraph carries ``chapter``, its document's number in reading
-order from 1 (counting the spine's documents but those not read as text), and ``section``, its heading path there, so a passage never mixes two
-chapters. The OPF's Dublin Core metadata gives the document's ``title`` (the main title where EPUB 3 marks one), its
+order from 1 (counting the spine's documents but those not read as text), and ``section``, its heading path there
+(before any heading of its document, the document's title in the book's table of contents: EPUB 3's navigation
+document, else EPUB 2's NCX), so a passage never mixes two chapters. The OPF's Dublin Core metadata gives the document's ``title`` (the main title where EPUB 3 marks one), its
 ``author`` (the creators in the author role, or in none; a list where there are several) and ``language``; ``meta``
 has those and ``chapters``, the count. A book whose content is encrypted (DRM: ``META-INF/encryption.xml`` naming
 anything but the font obfuscation of the IDPF or Adobe) is ``Unreadable``, as are a damaged archive, a package
@@ -57,7 +58,7 @@ def extract_epub(path: Path) -> Extracted:
         _refuse_drm(package)
         opf_name = _package_document(package)
         opf = package.xml(opf_name)
-        documents = _spine_documents(package, opf, opf_name)
+        documents, titles = _spine_documents(package, opf, opf_name)
         paragraphs: list[str] = []
         metas: list[dict[str, Any]] = []
         first_heading = None
@@ -68,7 +69,10 @@ def extract_epub(path: Path) -> Extracted:
             first_heading = first_heading or parser.first_heading
             read = parser.text.extracted(None, {})
             paragraphs += read.paragraphs
-            metas += [{"chapter": chapter, **meta} for meta in read.paragraph_meta or [{}] * len(read.paragraphs)]
+            # a document without headings: its passages' section is its title in the book's table of contents
+            untitled = {"section": titles[name]} if name in titles else {}
+            metas += [{"chapter": chapter, **(meta or untitled)}
+                      for meta in read.paragraph_meta or [{}] * len(read.paragraphs)]
     finally:
         package.close()
     title, meta = _metadata(opf)
@@ -115,16 +119,27 @@ def _href(base: str, href: str) -> str:
     return posixpath.normpath(posixpath.join(posixpath.dirname(base), unquote(urlsplit(href).path)))
 
 
-def _spine_documents(package: Package, opf: Any, opf_name: str) -> list[str]:
+def _spine_documents(package: Package, opf: Any, opf_name: str) -> tuple[list[str], dict[str, str]]:
     """The archive paths of the spine's XHTML documents in reading order, but the navigation document and the pages
-    the guide or the landmarks name as the cover or the table of contents."""
+    the guide or the landmarks name as the cover or the table of contents; and the documents' titles in the table of
+    contents (EPUB 3's navigation document, else EPUB 2's NCX), each document's first entry's."""
     items = {item.get("id"): item for item in opf.iterfind(f"{_OPF}manifest/{_OPF}item")}
     skipped = {_href(opf_name, ref.get("href", "")) for ref in opf.iterfind(f"{_OPF}guide/{_OPF}reference")
                if ref.get("type", "").lower() in _NOT_TEXT}
+    titles: dict[str, str] = {}
     for item in items.values():
         if "nav" in (item.get("properties") or "").split():
             nav = _href(opf_name, item.get("href", ""))
-            skipped |= {nav} | _landmarks(package, nav)
+            skipped.add(nav)
+            for kind, types, target, text in _nav_links(package, nav):
+                if kind == "landmarks" and _NOT_TEXT.intersection(types):
+                    skipped.add(target)
+                elif kind == "toc" and text:
+                    titles.setdefault(target, text)
+    spine = opf.find(f"{_OPF}spine")
+    ncx = items.get(spine.get("toc") if spine is not None else None)
+    if not titles and ncx is not None and ncx.get("href"):  # EPUB 2's table of contents
+        titles = _ncx_titles(package, _href(opf_name, ncx.get("href")))
     documents = []
     for ref in opf.iterfind(f"{_OPF}spine/{_OPF}itemref"):
         item = items.get(ref.get("idref"))
@@ -133,21 +148,38 @@ def _spine_documents(package: Package, opf: Any, opf_name: str) -> list[str]:
         name = _href(opf_name, item.get("href"))
         if name not in skipped and name not in documents:
             documents.append(name)
-    return documents
+    return documents, titles
 
 
-def _landmarks(package: Package, nav: str) -> set[str]:
-    """The documents the navigation document's landmarks name as the cover or the table of contents; none where it
-    cannot be read as XML (it is not read as text either way)."""
+def _navigation_xml(package: Package, name: str) -> Any:
+    """The XML of a navigation part (EPUB 3's navigation document, EPUB 2's NCX); None where it is missing or not
+    well-formed: the book is read without it."""
     from lxml import etree
 
     try:
-        root = xml_of(package.read(nav))
+        return xml_of(package.read(name))
     except (Unreadable, etree.XMLSyntaxError):
-        return set()
-    return {_href(nav, a.get("href", "")) for landmarks in root.iter("{*}nav")
-            if "landmarks" in (landmarks.get(f"{_OPS}type") or "").split() for a in landmarks.iter("{*}a")
-            if _NOT_TEXT.intersection((a.get(f"{_OPS}type") or "").split())}
+        return None
+
+
+def _nav_links(package: Package, nav: str) -> list[tuple[str, list[str], str, str]]:
+    """The links of the navigation document's ``<nav>`` lists: (the list's epub:type, "toc" or "landmarks"; the
+    link's epub:types; the document it leads to; its text)."""
+    root = _navigation_xml(package, nav)
+    return [(kind, (a.get(f"{_OPS}type") or "").split(), _href(nav, a.get("href", "")), _text(a))
+            for section in (root.iter("{*}nav") if root is not None else ())
+            for kind in (section.get(f"{_OPS}type") or "").split() for a in section.iter("{*}a")]
+
+
+def _ncx_titles(package: Package, ncx: str) -> dict[str, str]:
+    """The documents' titles in an EPUB 2 NCX (its navPoints' labels, each document's first)."""
+    titles: dict[str, str] = {}
+    root = _navigation_xml(package, ncx)
+    for point in root.iter("{*}navPoint") if root is not None else ():
+        label, content = point.find("{*}navLabel/{*}text"), point.find("{*}content")
+        if label is not None and content is not None and (text := _text(label)):
+            titles.setdefault(_href(ncx, content.get("src", "")), text)
+    return titles
 
 
 def _read_document(package: Package, path: Path, name: str) -> Any:

@@ -226,3 +226,26 @@ def test_entity_bombs_are_not_expanded_and_zip_bombs_are_refused(tmp_path):
     bomb = write_epub(tmp_path / "bomb.epub", chapters={"text/ch1.xhtml": page("<p>x</p>" + " " * (80 << 20))})
     with pytest.raises(Unreadable, match="a zip bomb: its part OEBPS/text/ch1.xhtml expands from"):
         extract_epub(bomb)
+
+
+def test_a_chapter_without_headings_takes_its_title_in_the_table_of_contents(tmp_path):
+    """EPUB 3's navigation document, or EPUB 2's NCX, names each document: a passage before any heading of its
+    document has that title as its section (a heading's path otherwise)."""
+    chapters = {"text/ch1.xhtml": page('<p class="chapter-title">I</p><p>In 1450 Gala built the bridge.</p>'),
+                "text/ch2.xhtml": CHAPTERS["text/ch2.xhtml"]}
+    nav = NAV.replace('<li><a href="text/ch1.xhtml">', '<li><a href="text/ch2.xhtml">Church</a></li><li><a href="'
+                      'text/ch1.xhtml#start">')
+    ext = extract_epub(write_epub(tmp_path / "three.epub", chapters, nav=nav))
+    assert ext.paragraph_meta[:2] == [{"chapter": 1, "section": "The bridge"}] * 2
+    assert ext.paragraph_meta[2] == {"chapter": 2, "section": "The church"}
+    ncx = ('<ncx xmlns="http://www.daisy.org/z3986/2005/ncx/" version="2005-1"><navMap><navPoint id="p1"><navLabel>'
+           '<text>Book One: The Bridge</text></navLabel><content src="text/ch1.xhtml"/></navPoint></navMap></ncx>')
+    path = write_epub(tmp_path / "two.epub", chapters, nav=None, parts={"OEBPS/toc.ncx": ncx})
+    with zipfile.ZipFile(path) as z:
+        parts = {n: z.read(n) for n in z.namelist()}
+    parts["OEBPS/content.opf"] = parts["OEBPS/content.opf"].replace(b"<spine>", b'<spine toc="ncx">').replace(
+        b"</manifest>", b'<item id="ncx" href="toc.ncx" media-type="application/x-dtbncx+xml"/></manifest>')
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in parts.items():
+            z.writestr(name, data)
+    assert extract_epub(path).paragraph_meta[0] == {"chapter": 1, "section": "Book One: The Bridge"}
