@@ -9,9 +9,11 @@ upwards) and ``get_text()``; ``spanseek corpus from-files`` runs it on each PDF.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
 import unicodedata
+import weakref
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -42,9 +44,22 @@ def text(box: Any) -> str:
 
 
 def line_text(line: Any) -> str:
-    """A line's text (``text``), a footnote's marks dropped (``_without_marks``)."""
+    """A line's text (``text``), a footnote's marks dropped (``_without_marks``). Read once for each line (``_read``):
+    the layout's steps each ask for it, and a page of a thousand lines of a thousand glyphs read each glyph some
+    five times over."""
+    try:
+        return _read[line]
+    except (KeyError, TypeError):  # (TypeError: an object that cannot be weakly referred to: read each time)
+        pass
     plain = line.get_text()
-    return logical(_glyphs(line)) if _RTL_LETTER.search(plain) else _without_marks(line, plain)
+    read = logical(_glyphs(line)) if _RTL_LETTER.search(plain) else _without_marks(line, plain)
+    with contextlib.suppress(TypeError):
+        _read[line] = read
+    return read
+
+
+# each line's text (``line_text``), as long as the line is in memory: a page's lines, once laid out, do not change
+_read: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 
 # a footnote's mark: a superscript (``script_shift``) of digits or reference signs, set right after a word of three

@@ -64,6 +64,13 @@ def aggregator(base: type) -> type:
             _set_scripts_on_their_lines(self.cur_item)  # before the page's layout is analysed
             super().end_page(page)
 
+        def render_char(self, matrix: Any, font: Any, fontsize: float, scaling: float, rise: float, cid: int,
+                        ncs: Any, graphicstate: Any) -> float:
+            # a glyph keeps no colour space or graphic state: nothing reads them, and pdfminer gives each text-showing
+            # operator a copy of its state, which a page setting each glyph apart (one "Tj" a glyph, as many programs
+            # write) kept once a glyph: a fifth of the page's memory
+            return float(super().render_char(matrix, font, fontsize, scaling, rise, cid, None, None))
+
         def handle_undefined_char(self, font: Any, cid: int) -> str:
             known = self.self_coded.get(id(font))
             if known is None:
