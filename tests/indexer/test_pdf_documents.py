@@ -1608,3 +1608,14 @@ def test_a_page_that_sets_each_glyph_apart_takes_no_more_memory_than_one_that_se
             tracemalloc.stop()
         assert extracted.paragraphs == [" ".join(lines)]
     assert peaks[1] < 1.4 * peaks[0], peaks  # (was 1.6 times; now 1.2)
+
+
+def test_a_timeline_s_line_at_the_top_of_each_page_is_read_and_the_running_footer_left_out(tmp_path):
+    """A line in each page's top margin whose two numbers go up page by page ("Season 2 began in 1902." on page 2)
+    was left out as a running head; it is text. The footer "Page n of 3" still goes."""
+    bodies = [A, D, E]
+    pages = [[(20, 22, f"Season {n} began in {1900 + n}."), *column(20, 32, [body])]
+             for n, body in enumerate(bodies, start=1)]
+    extracted = extract_pdf(lines_pdf(tmp_path / "timeline.pdf", pages, header=True))
+    assert extracted.paragraphs == [part for n, body in enumerate(bodies, start=1)
+                                    for part in (f"Season {n} began in {1900 + n}.", text_of(body))]

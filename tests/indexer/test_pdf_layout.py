@@ -169,6 +169,21 @@ def test_rows_at_the_tops_of_pages_that_differ_in_their_numbers_are_text(rows):
     assert running_texts(pages) == [[], [], []]
 
 
+@pytest.mark.parametrize(("line", "head"), [
+    ("Season {n} began in {y}", False),  # a timeline's line: two numbers that go up with the pages
+    ("Page {n} of the log: the harbour froze in {y}", False),
+    ("{y} - page {n}", False),
+    ("Page {n} - Annual Report 2023", True),  # the page's number goes up, the year stays
+    ("Annual Report {y}", True),  # one number that goes up with the pages: the page's, give or take an offset
+])
+def test_a_line_whose_numbers_all_go_up_with_the_pages_is_text_not_a_running_head(line, head):
+    """A line at the top of each page, the same words but for two numbers that each go up page by page ("Season 3
+    began in 1903" on page 3, "Season 4 began in 1904" on page 4), was left out as a running head, as "Page 3" is:
+    a page has one number, and such a line says something new on each page."""
+    pages = [[margin(line.format(n=n, y=1900 + n)), margin(f"Body text of page {n}", top=600)] for n in range(1, 6)]
+    assert running_texts(pages) == [[line.format(n=n, y=1900 + n)] if head else [] for n in range(1, 6)]
+
+
 def test_a_literal_hash_sign_or_a_very_long_number_in_a_margin_does_not_stop_the_reading():
     """"Form #" on one page and "Form 2" on the next read alike once numbers are "#"; they were one group, and the
     page with fewer numbers failed the whole file (zip() of unequal lengths). A number of more than 4,300 digits
