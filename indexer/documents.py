@@ -148,10 +148,11 @@ def _whole_lines(boxes: list[Any], laparams: Any) -> list[Any]:
     return out
 
 
-def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any], list[str], str | None]:
+def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any], list[str], str | None, str | None]:
     """Each page's paragraphs in reading order, the document's info dictionary, the values of its form of XFA
-    alone (``pdf_forms.xfa_values``; no paragraphs where that form draws the pages, ``pdf_forms.drawn_by_xfa``) and
-    how the file is damaged (``pdf_file.damage``: its pages that can be read are read), if it is."""
+    alone (``pdf_forms.xfa_values``; no paragraphs where that form draws the pages, ``pdf_forms.drawn_by_xfa``),
+    how the file is damaged (``pdf_file.damage``: its pages that can be read are read), if it is, and that with what
+    the reader passed over as it read (``pdf_file.reader_notes``), for the warning of a file read."""
     try:
         from pdfminer.converter import PDFPageAggregator
         from pdfminer.layout import LAParams, LTCurve, LTFigure, LTImage, LTLine, LTRect
@@ -164,7 +165,7 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any], list[str], str 
     # boxes_flow None: pdfminer leaves the boxes' order to pdf_layout.reading_order (its own puts a column's short
     # boxes, such as headings, among the other column's, and costs time growing with the square of the boxes)
     laparams = LAParams(char_margin=4.0, boxes_flow=None)
-    with open(path, "rb") as f:
+    with open(path, "rb") as f, pdf_file.reader_notes() as notes:
         document = pdf_file.pdf_document().of_file(f)
         if document.xref_loop is not None:
             log.warning("%s: %s (a loop); read with the sections before it", path, document.xref_loop)
@@ -174,6 +175,7 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any], list[str], str 
         header: Block | None = None  # the header row of a table that ends the page before
         broken: list[int] = []  # the pages whose content is damaged (``pdf_file.damage``)
         for page in pdf_file.pdf_pages(document):
+            notes.page = len(pages) + 1
             streams = len(document.broken)
             interpreter.process_page(page)
             if (turn := pdf_file.upright_turn(device, page.rotate)) is not None:  # most of its text turned: read
@@ -202,8 +204,11 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any], list[str], str 
         form = pdf_forms.xfa_values(document, path)
         if form and pdf_forms.drawn_by_xfa(document):  # its pages only ask for a viewer that runs XFA
             pages = [_Page([], page.bottom, page.top, False, False, []) for page in pages]
+        # (what the reader passed over is named in the warning of a file read, not as why a file without text is
+        # skipped: a page of fonts without a Unicode map is that, whatever else it holds)
         damaged = pdf_file.damage(document, len(pages), _page_list(broken) if broken else "")
-    return pages, info, form, damaged
+        warned = pdf_file.damage(document, len(pages), _page_list(broken) if broken else "", notes.described())
+    return pages, info, form, damaged, warned
 
 
 def _named_rows(blocks: list[Block], continued: Block | None, bottom: float, top: float
@@ -320,7 +325,7 @@ def extract_pdf(path: Path) -> Extracted:
     page. Unreadable for a damaged file or one without text to read; a warning names the pages without it (images
     only, or fonts without a Unicode map)."""
     try:
-        pages, info, form, damaged = _pdf_pages(path)
+        pages, info, form, damaged, warned = _pdf_pages(path)
     except (IngestError, Unreadable):
         raise
     except Exception as e:  # pdfminer raises many types on damaged files; the reason is reported, not hidden
@@ -340,8 +345,8 @@ def extract_pdf(path: Path) -> Extracted:
                              "and no images), so there is nothing to read")
         raise Unreadable(f"no text layer in its {counted} (a scanned or image-only PDF); run OCR on it first, for "
                          "example with ocrmypdf, and ingest the result")
-    if damaged:
-        log.warning("%s: %s; the rest of it is read", path, damaged)
+    if warned:
+        log.warning("%s: %s; the rest of it is read", path, warned)
     if undecoded:
         log.warning("%s: the text of %s of %d is in fonts without a Unicode map (pdfminer reads only glyph numbers) "
                     "and is not in the corpus. Run OCR on the file first, for example `ocrmypdf --force-ocr`, to "

@@ -11,11 +11,13 @@ quarter or more from upright (``aggregator``, ``upright_turn``, ``turned_text``)
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import math
 import unicodedata
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +32,10 @@ from spanseek.indexer.extracted import (
 )
 from spanseek.indexer.pdf_blocks import script_shift
 
-__all__ = ["SELF_CODED_GLYPHS", "aggregator", "damage", "glyph_character", "pdf_document", "pdf_pages",
-           "pdf_problem", "self_coded", "turned_text", "upright_turn"]
+__all__ = ["SELF_CODED_GLYPHS", "ReaderNotes", "aggregator", "damage", "glyph_character", "pdf_document", "pdf_pages",
+           "pdf_problem", "reader_notes", "self_coded", "turned_text", "upright_turn"]
+
+log = logging.getLogger(__name__)
 
 # a font whose map to Unicode gives at least this many glyphs their own numbers as code points numbers its glyphs so
 # (``self_coded``): fewer are no evidence
@@ -282,7 +286,8 @@ def pdf_document() -> type:
     class Document(PDFDocument):
         inflated = 0  # what the streams expanded so far expand to
         xref_loop: str | None = None  # how the cross-reference sections loop, where they do
-        damaged: str | None = None  # how the file is damaged, where it is read from the objects it holds whole
+        damaged: str | None = None  # how the file is damaged (``_cut_short``), where it is read from the objects it
+        # holds whole
         passed_over = 0  # the nodes of its page tree that could not be read (``pdf_pages``)
 
         @classmethod
@@ -303,7 +308,8 @@ def pdf_document() -> type:
                     if (root := next(catalogs, None)) is None:
                         raise
                     xref.trailer = {"Root": PDFObjRef(self, root)}
-                self.damaged = error_text(e)
+                self.damaged = _cut_short(parser.fp) or "the table, or the pointer to it at the file's end, is damaged"
+                log.debug("pdfminer.six could not read the cross-reference table: %s", error_text(e))
                 self.catalog = dict_value(xref.trailer["Root"])
                 self.info = [dict_value(xref.trailer["Info"])] if "Info" in xref.trailer else []
 
@@ -345,7 +351,7 @@ def pdf_document() -> type:
             while isinstance(obj, PDFObjRef):
                 if obj.objid in seen:
                     through = f" (through object {', '.join(map(str, seen[1:]))})" if seen[1:] else ""
-                    raise PDFSyntaxError(f"object {obj.objid} is a reference to itself{through}")
+                    raise damaged_object()(f"object {obj.objid} is a reference to itself{through}")
                 seen.append(obj.objid)
                 obj = super().getobj(obj.objid)
             if isinstance(obj, PDFStream):
@@ -381,6 +387,19 @@ def pdf_document() -> type:
             decode()
 
     return Document
+
+
+@functools.cache
+def damaged_object() -> type:
+    """The error of an object of a PDF that ``pdf_document`` refuses (a reference to itself): a PDFSyntaxError, as
+    pdfminer's own errors of a damaged file are, whose message says what is wrong in the project's words
+    (``pdf_problem`` gives it)."""
+    from pdfminer.pdfparser import PDFSyntaxError
+
+    class DamagedObject(PDFSyntaxError):
+        pass
+
+    return DamagedObject
 
 
 def _recovered_xref(parser: Any) -> Any:
@@ -452,11 +471,12 @@ def pdf_pages(document: Any) -> Iterator[Any]:
             yield PDFPage(document, objid, page, next(labels))
 
 
-def damage(document: Any, read: int, broken: str = "") -> str | None:
+def damage(document: Any, read: int, broken: str = "", passed_over: Sequence[str] = ()) -> str | None:
     """How a PDF read as ``document`` (``pdf_document``) is damaged, its ``read`` pages read: its cross-reference
     table missing or damaged (read from the objects it holds whole, ``_recovered_xref``), pages of its page tree
-    that could not be read (``pdf_pages``; how many, by the count the tree gives), and ``broken``, the pages ("page
-    2") whose content is in a compressed stream that cannot be expanded whole; None where it is whole."""
+    that could not be read (``pdf_pages``; how many, by the count the tree gives), ``broken``, the pages ("page
+    2") whose content is in a compressed stream that cannot be expanded whole, and ``passed_over``, what the reader
+    passed over (``ReaderNotes.described``); None where it is whole."""
     from pdfminer.pdftypes import dict_value, resolve1
 
     try:
@@ -468,15 +488,77 @@ def damage(document: Any, read: int, broken: str = "") -> str | None:
     # (a count the tree gives wrong, as sloppy files do, is no damage where every node of it is read)
     lost = document.passed_over and (listed - read if isinstance(listed, int) and listed > read else None)
     found = [
-        (f"its cross-reference table is missing or cannot be read, as in a file cut short ({document.damaged}), so "
-         "it is read from the objects it holds whole") if document.damaged is not None else "",
+        (f"its cross-reference table is missing or cannot be read ({document.damaged}), so it is read from the "
+         "objects it holds whole") if document.damaged is not None else "",
         (f"{lost} of the {listed} pages its page tree lists cannot be read" if lost else
          "pages of its page tree cannot be read" if document.passed_over else ""),
         f"the content of {broken} cannot be expanded whole (its compressed data is damaged): what could be read of "
-        "it is read" if broken else ""]
+        "it is read" if broken else "", *passed_over]
     if document.damaged is None and found[1]:
         found[1] += " (their objects are missing or damaged)"
     return f"damaged: {'; '.join(filter(None, found))}" if any(found) else None
+
+
+# what pdfminer.six's warnings say, in a damage warning's words, by the module that gives them (the last part of its
+# logger's name) and, where one module warns of several things, a word of its message; None: no damage to name (a
+# stream's data lost in decompressing, which ``damage`` names by its page already; page labels of an unknown style; a
+# flag asking readers not to extract text, which a search index, like a screen reader, does not heed)
+_NOTED: dict[str, str | None | tuple[tuple[str, str | None], ...]] = {
+    "pdfinterp": "instructions in its content that cannot be carried out (damaged, missing or of the wrong kind) are "
+                 "passed over",
+    # (a font without a box, as many are where no descriptor gives one, is read as well: no damage to name)
+    "pdffont": (("fontbbox", None), ("", "a font's glyph widths are damaged: its text is read with default widths")),
+    "cmapdb": "part of a font's map to Unicode is damaged: glyphs it leaves out read as nothing",
+    "pdfpage": (("extraction", None), ("", "its page size is missing or damaged: it is read as US Letter")),
+    "pdfdocument": (("label", None), ("", "entries of its cross-reference table cannot be read: their objects are "
+                                          "passed over")),
+    "pdftypes": None,
+}
+_NOTED["pdfdevice"] = _NOTED["psparser"] = _NOTED["pdfinterp"]
+
+
+class ReaderNotes(logging.Handler):
+    """pdfminer.six's warnings while a PDF is read (``reader_notes``), kept in the project's words with the pages they
+    came on (``page``: the page being read, 1-based; None before the first) rather than shown in pdfminer's, without
+    the file's name ("Could not get FontBBox from font descriptor because None cannot be parsed as 4 floats")."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.page: int | None = None
+        self.found: dict[str, list[int]] = {}  # what was wrong -> the pages it was on (none: the file's structure)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        noted = _NOTED.get(record.name.rpartition(".")[2], "damage that the reader passed over")
+        if isinstance(noted, tuple):
+            message = record.getMessage().casefold()
+            noted = next(said for word, said in noted if word in message)
+        if noted is not None:
+            pages = self.found.setdefault(noted, [])
+            pages += [self.page] if self.page is not None and self.page not in pages else []
+
+    def described(self) -> list[str]:
+        """What was wrong, on the pages it was on: "on pages 2, 3, a font's description is damaged ..., and
+        instructions in its content ... are passed over"."""
+        on: dict[tuple[int, ...], list[str]] = {}
+        for noted, pages in self.found.items():
+            on.setdefault(tuple(pages), []).append(noted)
+        return [(f"on page {pages[0]}, " if len(pages) == 1 else f"on pages {', '.join(map(str, pages))}, "
+                 if pages else "") + ", and ".join(said) for pages, said in on.items()]
+
+
+@contextlib.contextmanager
+def reader_notes() -> Iterator[ReaderNotes]:
+    """pdfminer.six's warnings while the block runs, kept (``ReaderNotes``) and not passed on to its loggers'
+    handlers: a damage warning names the file and says what was wrong in the project's words."""
+    logger = logging.getLogger("pdfminer")
+    notes, propagate = ReaderNotes(), logger.propagate
+    logger.addHandler(notes)
+    logger.propagate = False
+    try:
+        yield notes
+    finally:
+        logger.removeHandler(notes)
+        logger.propagate = propagate
 
 
 # how a PDF begins (within its first KiB, as viewers allow: a header or stray bytes before it), and how other files a
@@ -492,14 +574,17 @@ def pdf_problem(e: Exception, path: Path) -> str:
     """Why pdfminer could not read a PDF: it is empty or no PDF (what it begins with), it needs a password, its
     encryption is not supported, or it is damaged."""
     from pdfminer.pdfdocument import PDFEncryptionError, PDFPasswordIncorrect
+    from pdfminer.psexceptions import PSException
 
     if isinstance(e, PDFPasswordIncorrect):  # raised with no message
         return ("encrypted PDF: it needs a password to open; remove the password (for example `qpdf --decrypt "
                 "--password=PASSWORD in.pdf out.pdf`) and ingest the result")
+    log.debug("pdfminer.six could not read %s: %s", path, error_text(e))  # (its words, for a maintainer)
     if isinstance(e, PDFEncryptionError):
-        return f"encrypted PDF that cannot be decrypted ({error_text(e)}); remove the encryption (`qpdf --decrypt`) first"
+        return ("encrypted PDF whose encryption the reader does not support (an unknown filter, algorithm or "
+                "revision); remove the encryption (`qpdf --decrypt`) first")
     with open(path, "rb") as f:
-        head = f.read(1024)
+        head, cut = f.read(1024), _cut_short(f)
     if not head:
         return "an empty file (0 bytes), not a PDF"
     if _PDF_HEADER not in head:
@@ -510,4 +595,22 @@ def pdf_problem(e: Exception, path: Path) -> str:
             return f"not a PDF but {kind}: a PDF begins with %PDF-"
         shown = head[:16].decode("latin-1").encode("unicode_escape").decode("ascii")
         return f"not a PDF: it begins with \"{shown}\", and a PDF begins with %PDF-"
-    return f"not a readable PDF ({error_text(e)}); the file may be truncated, damaged or encrypted"
+    if isinstance(e, damaged_object()):
+        found = f"it is damaged ({e})"
+    elif isinstance(e, PSException):  # (pdfminer's syntax errors, an end of file where an object goes on)
+        found = ("no page could be found in it: its cross-reference table and catalog (the root of its pages) are "
+                 "missing or damaged")
+    else:
+        found = "it is damaged where the reader cannot go past"
+    return f"not a readable PDF: {found}" + (f"; {cut}" if cut else "")
+
+
+def _cut_short(f: Any) -> str | None:
+    """Why a PDF's cross-reference table (at its end) cannot be read, by how the open file ``f`` ends: cut short
+    (without the end-of-file marker a PDF ends with, within its last KiB, as a download or copy stopped part way
+    leaves it); None where it ends as a PDF does."""
+    size = f.seek(0, 2)
+    f.seek(max(0, size - 1024))
+    if b"%%EOF" not in f.read():
+        return f"the file is cut short: its {size:,} bytes end without the end-of-file marker (%%EOF) a PDF ends with"
+    return None

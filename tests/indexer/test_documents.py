@@ -160,7 +160,7 @@ def test_a_damaged_pdf_or_word_file_is_named_and_does_not_stop_the_others(tmp_pa
     assert report.documents == 1
     reasons = {Path(p).name: why for p, why in report.skipped}
     assert set(reasons) == {"cut.pdf", "junk.pdf", "old.docx"}
-    assert reasons["junk.pdf"].startswith("not a readable PDF (") and "damaged" in reasons["junk.pdf"]
+    assert reasons["junk.pdf"].startswith("not a readable PDF: ") and "damaged" in reasons["junk.pdf"]
     assert reasons["cut.pdf"].startswith("damaged: ") and "no text could be read" in reasons["cut.pdf"]
     assert reasons["old.docx"].startswith("not a readable Word (.docx) file (")
     messages = " ".join(r.getMessage() for r in caplog.records)

@@ -1619,3 +1619,45 @@ def test_a_timeline_s_line_at_the_top_of_each_page_is_read_and_the_running_foote
     extracted = extract_pdf(lines_pdf(tmp_path / "timeline.pdf", pages, header=True))
     assert extracted.paragraphs == [part for n, body in enumerate(bodies, start=1)
                                     for part in (f"Season {n} began in {1900 + n}.", text_of(body))]
+
+
+def test_damage_the_reader_passes_over_is_named_with_its_file_and_pages_in_plain_words(tmp_path, caplog):
+    """pdfminer's own warnings reached users in its words and without the file's name ("Could not get FontBBox from
+    font descriptor because None cannot be parsed as 4 floats", "Cannot concatenate matrix ..."), and a file cut
+    short was "damaged: ... (PDFSyntaxError: No /Root object! - Is this really a PDF?)". One warning names the file
+    and each page's damage in the project's words; the text is read."""
+    good = b"BT /F1 12 Tf 72 700 Td (The ferry leaves the harbour at noon.) Tj ET"
+    bad = b"1 0 0 (x) 0 0 cm BT /F2 12 Tf 72 700 Td (The lighthouse was built in 1854.) Tj ET"
+    path = pdf_of_objects(tmp_path / "worn.pdf", [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R 4 0 R] /Count 2 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 5 0 R /Resources << /Font << /F1 7 0 R >> >> >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 6 0 R "
+        b"/Resources << /Font << /F1 7 0 R /F2 8 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(good), good),
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(bad), bad),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Type /Font /Subtype /TrueType /BaseFont /Worn /FirstChar 32 /LastChar 126 /Widths [%s] "
+        b"/FontDescriptor 9 0 R >>" % b" ".join([b"550"] * 95),
+        b"<< /Type /FontDescriptor /FontName /Worn /FontBBox [0 0] /Flags 32 >>"])
+    cut = tmp_path / "cut.pdf"
+    cut.write_bytes(path.read_bytes()[:path.read_bytes().rindex(b"xref")])
+    with caplog.at_level(logging.WARNING):
+        for pdf in (path, cut):
+            assert extract_pdf(pdf).paragraphs == ["The ferry leaves the harbour at noon.",
+                                                   "The lighthouse was built in 1854."]
+    assert not [r for r in caplog.records if r.name.startswith("pdfminer")]
+    warnings = [r.getMessage() for r in caplog.records]
+    damage = ("on page 2, instructions in its content that cannot be carried out (damaged, missing or of the wrong "
+              "kind) are passed over; the rest of it is read")  # (a font without a box is read as any: no damage)
+    assert warnings == [f"{path}: damaged: {damage}", (
+        f"{cut}: damaged: its cross-reference table is missing or cannot be read (the file is cut short: its "
+        f"{len(cut.read_bytes()):,} bytes end without the end-of-file marker (%%EOF) a PDF ends with), so it is read "
+        f"from the objects it holds whole; {damage}")]
+    (tmp_path / "stub.pdf").write_bytes(b"%PDF-1.7\n1 0 obj\n<< /Type /Catalog")  # (was "not a readable PDF
+    with pytest.raises(Unreadable) as refused:  # (PDFSyntaxError: No /Root object! - Is this really a PDF?)")
+        extract_pdf(tmp_path / "stub.pdf")
+    assert str(refused.value) == (
+        "not a readable PDF: no page could be found in it: its cross-reference table and catalog (the root of its "
+        "pages) are missing or damaged; the file is cut short: its 34 bytes end without the end-of-file marker "
+        "(%%EOF) a PDF ends with")
