@@ -13,8 +13,8 @@ ignored, while a file named on the command line must have one of those suffixes.
   or, as macOS's HFS+, a combining one); with ``id_field`` the value of that metadata field instead, as the file writes
   it (front matter's ``id: 1.10`` is "1.10", not YAML's 1.1; a file without it is an error).
 - **title**: Markdown front matter's ``title`` (as written: ``title: 2024`` is "2024"), else the first heading
-  (Markdown ``#``, HTML ``<title>`` then ``<h1>``; PDF: see ``indexer.documents``, Word: ``indexer.word``), else the
-  file name without its suffix.
+  (Markdown ``#``, HTML ``<title>`` then ``<h1>`` then any; PDF: see ``indexer.documents``, Word: ``indexer.word``),
+  else the file name without its suffix.
 - **paragraphs**: text files split at blank lines; Markdown is rendered (markdown-it-py) and split at block
   elements (p, li, h1-h6, div, pre, tr, ...); HTML is reduced to its main content by trafilatura (navigation, headers,
   footers, asides, cookie banners and other boilerplate dropped) and split at its paragraphs, headings, list items,

@@ -28,7 +28,8 @@ LINE_END = re.compile(r"\r\n?")  # Windows and old Mac line ends, made "\n" befo
 
 def extract_html(source: str, where: str = "<html>") -> Extracted:
     """Main-content paragraphs (``main_content``) with their sections, title (<title>, else the first paragraph of
-    class "title", as a Google Docs export sets its title, else the first <h1>) and
+    class "title", as a Google Docs export sets its title, else the first <h1>, else the main content's first heading
+    of any level) and
     <meta> tags of an HTML document; every block's paragraphs (``HTMLText``) where trafilatura finds no main content,
     or keeps none of the page's headings (but its title's <h1> and a <form>'s) and at least ``MAIN_SHARE`` of its other
     text: it then dropped the page's structure rather than boilerplate (the headings of a page without <main> or
@@ -40,7 +41,11 @@ def extract_html(source: str, where: str = "<html>") -> Extracted:
         main, parser, byline = _page(source, where, hidden=True)
     meta = {**byline, **parser.meta}  # the page's own meta tags as written, but ``date`` in the form filters compare
     meta.update({"date": byline["date"]} if "date" in byline else {})
-    return main.extracted(parser.title or parser.title_paragraph or parser.first_h1, meta,
+    # without a <title>, a title paragraph or an <h1>, the first heading of the page's text, whatever its level (a
+    # page of <h2> sections, as Markdown's first heading is): it was the file's name. Of the text read, not of the
+    # page's every block: a heading of its navigation or a sidebar is no title
+    first = next((path[0][1] for path in main.paths if path), None)
+    return main.extracted(parser.title or parser.title_paragraph or parser.first_h1 or first, meta,
                           title_heading=parser.first_h1)
 
 

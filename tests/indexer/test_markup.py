@@ -353,6 +353,23 @@ def test_a_google_docs_export_is_titled_by_its_title_paragraph():
     assert extract_markdown(page.split("<body")[1].split(">", 1)[1]).title == "Tides"  # (Markdown: its first heading)
 
 
+@pytest.mark.parametrize(("body", "title"), [
+    ("<h2>Harbour fees</h2><p>The harbour charges a fee for each berth, paid by the month.</p>", "Harbour fees"),
+    ("<nav><h2>Menu</h2><ul><li><a href='/'>Home</a></li></ul></nav><main><h2>Harbour fees</h2><p>The harbour "
+     "charges a fee for each berth.</p><h2>Ferries</h2><p>The ferry leaves at noon every day.</p></main>",
+     "Harbour fees"),  # the first heading of the page's text, not its menu's
+    ("<h3>Notes</h3><p>A short note on the fees.</p><h1>Harbour guide</h1><p>The harbour charges a fee.</p>",
+     "Harbour guide"),  # an <h1> first, wherever it is
+    ("<p>The harbour charges a fee for each berth, paid by the month.</p>", None),  # no heading: the file's name
+])
+def test_a_page_without_title_or_h1_is_titled_by_its_first_heading(body, title):
+    """A page with no <title> and no <h1> but an <h2> was titled by its file's name, where a Markdown file is titled
+    by its first heading of any level: the first heading of the page's text is its title."""
+    extracted = extract_html(f"<html><body>{body}</body></html>")
+    assert extracted.title == title
+    assert extract_html(f"<html><head><title>Fees</title></head><body>{body}</body></html>").title == "Fees"
+
+
 @pytest.mark.parametrize(("html", "expected"), [
     ("<p>He said <q>yes, <q>quite</q> so</q>.</p>", "He said \u201cyes, \u2018quite\u2019 so\u201d."),
     ("<ol><li><q>Stop</q> means stop</ol>", "1. \u201cStop\u201d means stop"),
