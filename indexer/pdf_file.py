@@ -407,14 +407,16 @@ def _recovered_xref(parser: Any) -> Any:
     were at its end, or a damaged table) found as a viewer finds them, by reading the file through: pdfminer's own
     scan, which stopped at an object the file ends inside, with those before it. None where an object in between
     cannot be parsed, or where the file is encrypted (its key is in the trailer): then it is no PDF to recover."""
-    from pdfminer.pdfdocument import PDFXRefFallback
+    from pdfminer.pdfdocument import PDFNoValidXRef, PDFXRefFallback
     from pdfminer.psexceptions import PSEOF, PSException
 
     xref = PDFXRefFallback()
     parser.fallback = True
     try:
         xref.load(parser)
-    except PSEOF:  # the file ends inside an object: those before it are read
+    # the file ends inside an object, or inside its trailer (pdfminer's "Unexpected EOF": the file was refused,
+    # though it held every page whole): those before it are read
+    except (PSEOF, PDFNoValidXRef):
         pass
     except (PSException, ValueError, TypeError, KeyError):  # (pdfminer's scan parses each object it finds)
         return None

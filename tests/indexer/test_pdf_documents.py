@@ -1661,3 +1661,20 @@ def test_damage_the_reader_passes_over_is_named_with_its_file_and_pages_in_plain
         "not a readable PDF: no page could be found in it: its cross-reference table and catalog (the root of its "
         "pages) are missing or damaged; the file is cut short: its 34 bytes end without the end-of-file marker "
         "(%%EOF) a PDF ends with")
+
+
+def test_a_pdf_cut_short_inside_its_trailer_reads_its_pages(tmp_path, caplog):
+    """A PDF cut short inside its trailer, after its cross-reference table (every object whole), was refused: "not a
+    readable PDF (PDFNoValidXRef: Unexpected EOF - file corrupted)", where one cut before its table was read. It is
+    read from the objects it holds, with the warning of a file cut short."""
+    pages = [column(20, 30, [[f"The {word} was the subject of chapter {n}, which the committee read with care."]])
+             for n, word in enumerate(["harbour", "lighthouse"], start=1)]
+    whole = lines_pdf(tmp_path / "whole.pdf", pages).read_bytes()
+    cut = tmp_path / "cut.pdf"
+    cut.write_bytes(whole[:whole.rindex(b"trailer") + 10])
+    with caplog.at_level(logging.WARNING):
+        assert extract_pdf(cut).paragraphs == [text for page in pages for _, _, text in page]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{cut}: damaged: its cross-reference table is missing or cannot be read (the file is cut short: its "
+        f"{len(cut.read_bytes()):,} bytes end without the end-of-file marker (%%EOF) a PDF ends with), so it is read "
+        "from the objects it holds whole; the rest of it is read"]
