@@ -35,7 +35,8 @@ first word, flush left, would not have fit on it) (unless either is a table's ro
 paragraph, in one text box with it, is cut from it first: ``pdf_layout.split_headings``; a heading at a page's foot goes
 with the next page's first paragraph, ``PARAGRAPH_BREAK`` apart), past the footnotes at the foot of the page or column
 (``pdf_layout.footnotes``), which follow it; it is then one paragraph with ``page`` (where it starts,
-1-based) and ``page_end``. Every other paragraph has its ``page``. The title is the title property unless a program
+1-based) and ``page_end``. Every other paragraph has its ``page``; and its ``section`` where the PDF has bookmarks (the
+path of those it falls under: ``pdf_outline``). The title is the title property unless a program
 filled it in ("Microsoft Word - report.docx"), else the first page's text in the largest type when it stands out.
 A PDF without text (scanned pages, images only; or fonts without a Unicode map) is skipped with a warning that says
 so, and a warning names the pages without text of one that has some; they need OCR first. A blank PDF (neither text
@@ -55,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spanseek.indexer import pdf_file, pdf_forms, pdf_layout
+from spanseek.indexer import pdf_file, pdf_forms, pdf_layout, pdf_outline
 from spanseek.indexer.extracted import (
     HEADER_LEVELS,
     INFLATE_RATIO_FROM,
@@ -148,11 +149,24 @@ def _whole_lines(boxes: list[Any], laparams: Any) -> list[Any]:
     return out
 
 
-def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any], list[str], str | None, str | None]:
-    """Each page's paragraphs in reading order, the document's info dictionary, the values of its form of XFA
-    alone (``pdf_forms.xfa_values``; no paragraphs where that form draws the pages, ``pdf_forms.drawn_by_xfa``),
-    how the file is damaged (``pdf_file.damage``: its pages that can be read are read), if it is, and that with what
-    the reader passed over as it read (``pdf_file.reader_notes``), for the warning of a file read."""
+@dataclass
+class _Read:
+    """A PDF as read (``_pdf_pages``): its pages, its info dictionary, the values of its form of XFA alone
+    (``pdf_forms.xfa_values``; no paragraphs where that form draws the pages, ``pdf_forms.drawn_by_xfa``), how the
+    file is damaged (``pdf_file.damage``: its pages that can be read are read), if it is, and that with what the
+    reader passed over as it read (``pdf_file.reader_notes``), for the warning of a file read; and its outline
+    (``pdf_outline``: the sections of its paragraphs)."""
+
+    pages: list[_Page]
+    info: dict[str, Any]
+    form: list[str]
+    damaged: str | None
+    warned: str | None
+    outline: pdf_outline.Outline
+
+
+def _pdf_pages(path: Path) -> _Read:
+    """Each page's paragraphs in reading order, and what else ``_Read`` holds of a PDF."""
     try:
         from pdfminer.converter import PDFPageAggregator
         from pdfminer.layout import LAParams, LTCurve, LTFigure, LTImage, LTLine, LTRect
@@ -174,6 +188,7 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any], list[str], str 
         interpreter = PDFPageInterpreter(resources, device)
         header: Block | None = None  # the header row of a table that ends the page before
         broken: list[int] = []  # the pages whose content is damaged (``pdf_file.damage``)
+        placed: dict[int, tuple[int, float, int]] = {}  # each page's object -> its number, foot and turn
         for page in pdf_file.pdf_pages(document):
             notes.page = len(pages) + 1
             streams = len(document.broken)
@@ -198,6 +213,7 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any], list[str], str 
             blocks, header = _named_rows([Block.of(run, id(pdf_layout.lines(run[0])[0]) in opening, flow)
                                           for run, flow in zip(runs, flows, strict=True)], header, layout.y0, layout.y1)
             pages.append(_Page(blocks, layout.y0, layout.y1, images, shapes, pdf_file.turned_text(device.turned)))
+            placed[page.pageid] = (len(pages), page.mediabox[1], page.rotate)
             broken += [len(pages)] if len(document.broken) > streams else []
         # while the file is open: a value may be a reference to an object elsewhere in it (a title often is)
         info = {key: resolve1(value) for key, value in document.info[0].items()} if document.info else {}
@@ -208,7 +224,8 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any], list[str], str 
         # skipped: a page of fonts without a Unicode map is that, whatever else it holds)
         damaged = pdf_file.damage(document, len(pages), _page_list(broken) if broken else "")
         warned = pdf_file.damage(document, len(pages), _page_list(broken) if broken else "", notes.described())
-    return pages, info, form, damaged, warned
+        outline = pdf_outline.Outline(pdf_outline.bookmarks(document, placed))
+    return _Read(pages, info, form, damaged, warned, outline)
 
 
 def _named_rows(blocks: list[Block], continued: Block | None, bottom: float, top: float
@@ -325,11 +342,12 @@ def extract_pdf(path: Path) -> Extracted:
     page. Unreadable for a damaged file or one without text to read; a warning names the pages without it (images
     only, or fonts without a Unicode map)."""
     try:
-        pages, info, form, damaged, warned = _pdf_pages(path)
+        read = _pdf_pages(path)
     except (IngestError, Unreadable):
         raise
     except Exception as e:  # pdfminer raises many types on damaged files; the reason is reported, not hidden
         raise Unreadable(pdf_file.pdf_problem(e, path)) from None
+    pages, form, damaged, outline = read.pages, read.form, read.damaged, read.outline
     undecoded = _body_text(pages)
     if not form and not any(page.blocks or page.turned for page in pages):
         if damaged:
@@ -345,8 +363,8 @@ def extract_pdf(path: Path) -> Extracted:
                              "and no images), so there is nothing to read")
         raise Unreadable(f"no text layer in its {counted} (a scanned or image-only PDF); run OCR on it first, for "
                          "example with ocrmypdf, and ingest the result")
-    if warned:
-        log.warning("%s: %s; the rest of it is read", path, warned)
+    if read.warned:
+        log.warning("%s: %s; the rest of it is read", path, read.warned)
     if undecoded:
         log.warning("%s: the text of %s of %d is in fonts without a Unicode map (pdfminer reads only glyph numbers) "
                     "and is not in the corpus. Run OCR on the file first, for example `ocrmypdf --force-ocr`, to "
@@ -362,16 +380,20 @@ def extract_pdf(path: Path) -> Extracted:
     metas: list[dict[str, Any]] = []
     # whether the paragraph before is a table's row or a heading: it goes on with nothing, and nothing with it
     apart = after_heading = False  # (the paragraph before ends in a heading)
-    notes: list[tuple[str, int]] = []  # footnotes read since that paragraph, with their pages: they follow it
+    notes: list[tuple[str, dict[str, Any]]] = []  # footnotes read since that paragraph, with their places: they follow it
     laid_out = [(p.blocks, p.bottom, p.top) for p in pages]
     body, bold_text = pdf_layout.body_size(laid_out), pdf_layout.bold_body(laid_out)
 
     ends: Block | None = None  # the last block of the paragraph before
     hyphen = ""  # the hyphen its last line ends with ("" for none): a word broken there goes on in the next block
 
+    def placed(number: int, top: float, size: float) -> dict[str, Any]:  # a paragraph's page, and its section
+        section = outline.section(number, top, size)  # where the PDF's bookmarks give one (``pdf_outline``)
+        return {"page": number, "section": section} if section else {"page": number}
+
     def read_notes() -> None:  # the footnotes set aside, after the paragraph that ran past them
         paragraphs.extend(note for note, _ in notes)
-        metas.extend({"page": on} for _, on in notes)
+        metas.extend(place for _, place in notes)
         notes.clear()
 
     # text turned from the page's, set aside as footnotes are (a margin's vertical note: an arXiv identifier, a
@@ -385,7 +407,7 @@ def extract_pdf(path: Path) -> Extracted:
             mended = next(texts)
             box = _clean(mended)
             if i in foot:
-                notes.append((box, number))
+                notes.append((box, placed(number, block.y1, block.size)))
                 continue
             if block.size < pdf_layout.FOOTNOTE_SIZE * body:  # small type: the notes go on here, not the text
                 read_notes()
@@ -400,15 +422,15 @@ def extract_pdf(path: Path) -> Extracted:
                          and _continues(paragraphs[-1], box, i > 0 and not block.column, wrapped)):
                 paragraphs[-1] = (f"{paragraphs[-1]}{PARAGRAPH_BREAK}{box}" if under else
                                   _run_on(paragraphs[-1], box, hyphen, hyphenation))
-                metas[-1] = last if last["page"] == number else {"page": last["page"], "page_end": number}
+                metas[-1] = last if last["page"] == number else {**last, "page_end": number}
             else:
                 read_notes()
                 paragraphs.append(box)
-                metas.append({"page": number})
+                metas.append(placed(number, block.y1, block.size))
             apart, after_heading, ends = bool(block.cells) or heading or block.entries, heading, block
             hyphen = last if (last := mended.rstrip()[-1:]) in _HYPHENS else ""
-        notes.extend((_clean(text), number) for text in page.turned if text not in running_turned)
+        notes.extend((_clean(text), placed(number, page.bottom, 0)) for text in page.turned if text not in running_turned)
     read_notes()
     paragraphs += form  # (on no page: a viewer that runs XFA lays them out)
     metas += [{}] * len(form)
-    return Extracted(_pdf_title(info, pages[0] if pages else None), paragraphs, {"pages": len(pages)}, metas)
+    return Extracted(_pdf_title(read.info, pages[0] if pages else None), paragraphs, {"pages": len(pages)}, metas)

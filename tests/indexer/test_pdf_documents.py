@@ -1678,3 +1678,51 @@ def test_a_pdf_cut_short_inside_its_trailer_reads_its_pages(tmp_path, caplog):
         f"{cut}: damaged: its cross-reference table is missing or cannot be read (the file is cut short: its "
         f"{len(cut.read_bytes()):,} bytes end without the end-of-file marker (%%EOF) a PDF ends with), so it is read "
         "from the objects it holds whole; the rest of it is read"]
+
+
+def test_a_pdf_s_bookmarks_give_its_paragraphs_their_sections(tmp_path):
+    """A PDF's outline (the bookmarks a viewer lists) was not read: its passages had a page and no section, where a
+    Word file's have their heading path. Each paragraph has the path of the bookmarks it falls under (on its page or
+    a page before it); text before the first bookmark has none."""
+    pdf = fpdf.FPDF(unit="mm", format="A4")
+    pdf.set_font("helvetica", size=11)
+
+    def write(text: str) -> None:
+        pdf.multi_cell(0, 6, text, new_x="LMARGIN", new_y="NEXT")
+        pdf.ln(12)
+
+    pdf.add_page()
+    write("Before any bookmark, the preface thanks the harbour staff for their help.")
+    pdf.start_section("1 Harbours", level=0)
+    write("The harbour has four berths and a ferry terminal on the north quay.")
+    pdf.start_section("1.1 Berths", level=1)
+    write("Each berth takes a ship of up to two hundred metres.")
+    pdf.add_page()
+    write("The berths were dredged in 1990 to a depth of twelve metres.")
+    pdf.start_section("2 Lighthouses", level=0)
+    write("The lighthouse was built in 1854 and automated in 1987.")
+    pdf.output(str(tmp_path / "guide.pdf"))
+    extracted = extract_pdf(tmp_path / "guide.pdf")
+    assert extracted.paragraph_meta == [
+        {"page": 1}, {"page": 1, "section": "1 Harbours"}, {"page": 1, "section": "1 Harbours > 1.1 Berths"},
+        {"page": 2, "section": "1 Harbours > 1.1 Berths"}, {"page": 2, "section": "2 Lighthouses"}]
+
+
+def test_an_outline_that_loops_or_leads_nowhere_is_read_in_bounded_time(tmp_path):
+    """A hostile outline whose entries lead to each other (/Next back to the first) is read once through; a bookmark
+    to no page of the file (a missing named destination) gives no section."""
+    text = b"BT /F1 12 Tf 72 700 Td (The castle was built in 1250.) Tj ET"
+    path = pdf_of_objects(tmp_path / "loop.pdf", [
+        b"<< /Type /Catalog /Pages 2 0 R /Outlines 6 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(text), text),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Type /Outlines /First 7 0 R /Last 8 0 R /Count 2 >>",
+        b"<< /Title (History) /Parent 6 0 R /Dest [3 0 R /XYZ 0 792 0] /Next 8 0 R /First 7 0 R /Last 7 0 R >>",
+        b"<< /Title (Nowhere) /Parent 6 0 R /Dest (missing) /Next 7 0 R >>"])
+    start = time.process_time()
+    extracted = extract_pdf(path)
+    assert time.process_time() - start < 1.5
+    assert extracted.paragraphs == ["The castle was built in 1250."]
+    assert extracted.paragraph_meta == [{"page": 1, "section": "History"}]

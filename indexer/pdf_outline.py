@@ -1,0 +1,119 @@
+"""A PDF's outline (its bookmarks, the contents pane of a viewer) -> the section of each paragraph, for
+``indexer.documents`` (``extract_pdf``): a paragraph of a PDF with bookmarks has ``section``, the path of the bookmarks
+it falls under ("2 Harbours > 2.1 Berths"), as a Word, Markdown or HTML file's paragraph has its heading path.
+
+    spanseek corpus from-files report.pdf --out corpus.jsonl
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["MAX_BOOKMARKS", "Bookmark", "Outline", "bookmarks"]
+
+# a file's outline is read up to this many bookmarks (a hostile file's could be endless, or loop); the rest are left out
+MAX_BOOKMARKS = 10_000
+
+
+@dataclass(frozen=True)
+class Bookmark:
+    """A bookmark of a PDF's outline: its path (its own title last), the page it leads to (1-based) and the height on
+    that page (points from the page's foot, as the layout's) its view starts at; None for the page's top."""
+
+    path: tuple[str, ...]
+    page: int
+    top: float | None
+
+
+def bookmarks(document: Any, pages: dict[int, tuple[int, float, int]]) -> list[Bookmark]:
+    """The bookmarks of a PDF (pdfminer's document) that lead to one of its ``pages`` (each page's object number ->
+    its number, 1-based, the foot of its media box and its rotation), in the outline's order; none where it has no
+    outline, or one that cannot be read. A bookmark leads to a page by its destination (``/Dest``, or a ``/GoTo``
+    action's ``/D``; either may be a name the document's destinations give); one that leads elsewhere (a link to
+    another file, a script) is passed over, and its children are read under its parent's path."""
+    from pdfminer.pdftypes import PDFObjRef, resolve1
+    from pdfminer.utils import decode_text
+
+    root = resolve1(document.catalog.get("Outlines"))
+    if not isinstance(root, dict):
+        return []
+    found: list[Bookmark] = []
+    seen: set[int] = set()
+    # (entry, its parent's path) to read, the next last: an entry's children are read before its next sibling
+    todo: list[tuple[Any, tuple[str, ...]]] = [(root.get("First"), ())]
+    while todo and len(found) < MAX_BOOKMARKS:
+        ref, parent = todo.pop()
+        if isinstance(ref, PDFObjRef):
+            if ref.objid in seen:  # (an outline that loops: each entry is read once)
+                continue
+            seen.add(ref.objid)
+        try:
+            entry = resolve1(ref)
+        except Exception:  # (a damaged entry: pdfminer raises many types; it and those after it are passed over)
+            continue
+        if not isinstance(entry, dict):
+            continue
+        title = entry.get("Title")
+        title = " ".join(decode_text(title).split()) if isinstance(title, bytes) else ""
+        place = _destination(document, entry, pages)
+        path = (*parent, title) if title and place is not None else parent
+        if title and place is not None:
+            found.append(Bookmark(path, *place))
+        todo.append((entry.get("Next"), parent))
+        todo.append((entry.get("First"), path))
+    return found
+
+
+def _destination(document: Any, entry: dict[str, Any], pages: dict[int, tuple[int, float, int]]
+                 ) -> tuple[int, float | None] | None:
+    """Where an outline entry leads: its page (1-based) and the height its view starts at (None: the page's top);
+    None where it leads to no page of the document."""
+    from pdfminer.pdftypes import PDFObjRef, resolve1
+    from pdfminer.psparser import PSLiteral
+
+    try:
+        target = resolve1(entry.get("Dest"))
+        action = resolve1(entry.get("A"))
+        if target is None and isinstance(action, dict) and getattr(action.get("S"), "name", None) == "GoTo":
+            target = resolve1(action.get("D"))
+        if isinstance(target, (bytes, str, PSLiteral)):  # a named destination
+            target = resolve1(document.get_dest(target.name if isinstance(target, PSLiteral) else target))
+        if isinstance(target, dict):  # (a named destination may be a dictionary holding it)
+            target = resolve1(target.get("D"))
+    except Exception:  # (a name no destination has, a damaged object: the bookmark leads nowhere)
+        return None
+    if not isinstance(target, list) or not target or not isinstance(target[0], PDFObjRef):
+        return None
+    if (placed := pages.get(target[0].objid)) is None:
+        return None
+    number, foot, rotate = placed
+    kind = getattr(target[1], "name", None) if len(target) > 1 else None
+    at = 3 if kind == "XYZ" else 2 if kind in ("FitH", "FitBH") else None
+    top = resolve1(target[at]) if at is not None and len(target) > at else None
+    # (a turned page's layout turns its heights too: its bookmarks lead to its top)
+    if not isinstance(top, (int, float)) or not math.isfinite(top) or rotate % 360:
+        return number, None
+    return number, float(top) - foot
+
+
+class Outline:
+    """A document's bookmarks by where they lead (``bookmarks``), so that a paragraph's section is the path of the
+    last one at or above its first line (``section``)."""
+
+    def __init__(self, marks: list[Bookmark]) -> None:
+        self.marks = sorted(marks, key=self._key)  # (stable: bookmarks to one place stay in the outline's order)
+        self.keys = [self._key(mark) for mark in self.marks]
+
+    @staticmethod
+    def _key(mark: Bookmark) -> tuple[int, float]:
+        return mark.page, -(math.inf if mark.top is None else mark.top)
+
+    def section(self, page: int, top: float, size: float) -> str | None:
+        """The section of a paragraph whose first line is on ``page`` (1-based) with its top at ``top`` and type of
+        ``size`` (points): the path of the last bookmark that leads above it or to its line (a view that starts up
+        to a line below a heading's top still shows it), " > " apart; None before the first."""
+        at = bisect.bisect_right(self.keys, (page, -(top - size)))
+        return " > ".join(self.marks[at - 1].path) if at else None
