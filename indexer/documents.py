@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spanseek.indexer import pdf_file, pdf_forms, pdf_layout, pdf_outline
+from spanseek.indexer import pdf_file, pdf_forms, pdf_layout, pdf_notes, pdf_outline
 from spanseek.indexer.extracted import (
     HEADER_LEVELS,
     INFLATE_RATIO_FROM,
@@ -154,7 +154,7 @@ class _Read:
     """A PDF as read (``_pdf_pages``): its pages, its info dictionary, the values of its form of XFA alone
     (``pdf_forms.xfa_values``; no paragraphs where that form draws the pages, ``pdf_forms.drawn_by_xfa``), how the
     file is damaged (``pdf_file.damage``: its pages that can be read are read), if it is, and that with what the
-    reader passed over as it read (``pdf_file.reader_notes``), for the warning of a file read; and its outline
+    reader passed over as it read (``pdf_notes.reader_notes``), for the warning of a file read; and its outline
     (``pdf_outline``: the sections of its paragraphs)."""
 
     pages: list[_Page]
@@ -179,7 +179,7 @@ def _pdf_pages(path: Path) -> _Read:
     # boxes_flow None: pdfminer leaves the boxes' order to pdf_layout.reading_order (its own puts a column's short
     # boxes, such as headings, among the other column's, and costs time growing with the square of the boxes)
     laparams = LAParams(char_margin=4.0, boxes_flow=None)
-    with open(path, "rb") as f, pdf_file.reader_notes() as notes:
+    with open(path, "rb") as f, pdf_notes.reader_notes() as notes:
         document = pdf_file.pdf_document().of_file(f)
         if document.xref_loop is not None:
             log.warning("%s: %s (a loop); read with the sections before it", path, document.xref_loop)

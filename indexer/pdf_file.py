@@ -11,7 +11,6 @@ quarter or more from upright (``aggregator``, ``upright_turn``, ``turned_text``)
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import math
@@ -32,8 +31,8 @@ from spanseek.indexer.extracted import (
 )
 from spanseek.indexer.pdf_blocks import script_shift
 
-__all__ = ["SELF_CODED_GLYPHS", "ReaderNotes", "aggregator", "damage", "glyph_character", "pdf_document", "pdf_pages",
-           "pdf_problem", "reader_notes", "self_coded", "turned_text", "upright_turn"]
+__all__ = ["SELF_CODED_GLYPHS", "aggregator", "damage", "damaged_object", "glyph_character", "pdf_document",
+           "pdf_pages", "pdf_problem", "self_coded", "turned_text", "upright_turn"]
 
 log = logging.getLogger(__name__)
 
@@ -478,7 +477,7 @@ def damage(document: Any, read: int, broken: str = "", passed_over: Sequence[str
     table missing or damaged (read from the objects it holds whole, ``_recovered_xref``), pages of its page tree
     that could not be read (``pdf_pages``; how many, by the count the tree gives), ``broken``, the pages ("page
     2") whose content is in a compressed stream that cannot be expanded whole, and ``passed_over``, what the reader
-    passed over (``ReaderNotes.described``); None where it is whole."""
+    passed over (``pdf_notes.ReaderNotes.described``); None where it is whole."""
     from pdfminer.pdftypes import dict_value, resolve1
 
     try:
@@ -499,68 +498,6 @@ def damage(document: Any, read: int, broken: str = "", passed_over: Sequence[str
     if document.damaged is None and found[1]:
         found[1] += " (their objects are missing or damaged)"
     return f"damaged: {'; '.join(filter(None, found))}" if any(found) else None
-
-
-# what pdfminer.six's warnings say, in a damage warning's words, by the module that gives them (the last part of its
-# logger's name) and, where one module warns of several things, a word of its message; None: no damage to name (a
-# stream's data lost in decompressing, which ``damage`` names by its page already; page labels of an unknown style; a
-# flag asking readers not to extract text, which a search index, like a screen reader, does not heed)
-_NOTED: dict[str, str | None | tuple[tuple[str, str | None], ...]] = {
-    "pdfinterp": "instructions in its content that cannot be carried out (damaged, missing or of the wrong kind) are "
-                 "passed over",
-    # (a font without a box, as many are where no descriptor gives one, is read as well: no damage to name)
-    "pdffont": (("fontbbox", None), ("", "a font's glyph widths are damaged: its text is read with default widths")),
-    "cmapdb": "part of a font's map to Unicode is damaged: glyphs it leaves out read as nothing",
-    "pdfpage": (("extraction", None), ("", "its page size is missing or damaged: it is read as US Letter")),
-    "pdfdocument": (("label", None), ("", "entries of its cross-reference table cannot be read: their objects are "
-                                          "passed over")),
-    "pdftypes": None,
-}
-_NOTED["pdfdevice"] = _NOTED["psparser"] = _NOTED["pdfinterp"]
-
-
-class ReaderNotes(logging.Handler):
-    """pdfminer.six's warnings while a PDF is read (``reader_notes``), kept in the project's words with the pages they
-    came on (``page``: the page being read, 1-based; None before the first) rather than shown in pdfminer's, without
-    the file's name ("Could not get FontBBox from font descriptor because None cannot be parsed as 4 floats")."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.page: int | None = None
-        self.found: dict[str, list[int]] = {}  # what was wrong -> the pages it was on (none: the file's structure)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        noted = _NOTED.get(record.name.rpartition(".")[2], "damage that the reader passed over")
-        if isinstance(noted, tuple):
-            message = record.getMessage().casefold()
-            noted = next(said for word, said in noted if word in message)
-        if noted is not None:
-            pages = self.found.setdefault(noted, [])
-            pages += [self.page] if self.page is not None and self.page not in pages else []
-
-    def described(self) -> list[str]:
-        """What was wrong, on the pages it was on: "on pages 2, 3, a font's description is damaged ..., and
-        instructions in its content ... are passed over"."""
-        on: dict[tuple[int, ...], list[str]] = {}
-        for noted, pages in self.found.items():
-            on.setdefault(tuple(pages), []).append(noted)
-        return [(f"on page {pages[0]}, " if len(pages) == 1 else f"on pages {', '.join(map(str, pages))}, "
-                 if pages else "") + ", and ".join(said) for pages, said in on.items()]
-
-
-@contextlib.contextmanager
-def reader_notes() -> Iterator[ReaderNotes]:
-    """pdfminer.six's warnings while the block runs, kept (``ReaderNotes``) and not passed on to its loggers'
-    handlers: a damage warning names the file and says what was wrong in the project's words."""
-    logger = logging.getLogger("pdfminer")
-    notes, propagate = ReaderNotes(), logger.propagate
-    logger.addHandler(notes)
-    logger.propagate = False
-    try:
-        yield notes
-    finally:
-        logger.removeHandler(notes)
-        logger.propagate = propagate
 
 
 # how a PDF begins (within its first KiB, as viewers allow: a header or stray bytes before it), and how other files a
