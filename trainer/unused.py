@@ -11,7 +11,7 @@ a user who sets a flag expects it to act.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 
@@ -44,12 +44,15 @@ class Unused:
     """Options ``fields`` (``loss.lambda_hard`` for a nested one) that a run leaves unused where ``when(options)``
     holds: refused at other than their default ``because`` (formatted with the options as ``o``), with a ``remedy``.
     A config class lists its rules as ``UNUSED``, so that the resume of a run (``trainer.rundir.check_same_recipe``)
-    disregards what the run leaves unused, as it was started with (a run started before such flags were refused)."""
+    disregards what the run leaves unused, as it was started with (a run started before such flags were refused).
+    ``flags`` shows a field whose flag is not its name: ``{"encoder.lora.r": "--lora-r {}"}`` (``{}`` its value; a
+    switch, ``"--full"``, has none)."""
 
     fields: tuple[str, ...]
     when: Callable[[Any], bool]
     because: str
     remedy: str
+    flags: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 # the rules of the training jobs' options (trainer.arguments: each config's UNUSED)
@@ -62,6 +65,12 @@ PHRASE = (
     *TRAINING,
     Unused(("widen_lora", "stale_cache"), lambda o: o.init_from is None,
            "it acts on the model of --init-from, which is not given", "give --init-from"),
+    # a new model's encoder (EncoderOptions): the model of --init-from keeps its own
+    Unused(tuple(f"encoder.{name}" for name in ("backbone", "question_mode", "weights", "lora.r", "max_answer_tokens",
+                                                "max_seq_len", "stride")), lambda o: o.init_from is not None,
+           "the model of --init-from {o.init_from} keeps its own encoder settings; --widen-lora R widens its "
+           "adapters", "leave out --init-from", {"encoder.weights": "--full",
+                                                                              "encoder.lora.r": "--lora-r {}"}),
     Unused(("corrector", "corrector_lr"), lambda o: o.stale_cache is None,
            "the corrector corrects the vectors of --stale-cache, which is not given", "give --stale-cache"))
 FILTER = (
@@ -83,8 +92,8 @@ def refuse_unused(options: Any, rules: Sequence[Unused]) -> None:
         for path in rule.fields:
             value = _value(options, path)
             if value != default_of(type(options), path):
-                flag = _flag(path.rsplit(".", 1)[-1], value)
-                shown = flag if isinstance(value, bool) else f"{flag} {value}"
+                shown = _shown(rule, path, value)
+                flag = shown.split(" ")[0]
                 raise ValueError(f"{shown} would go unused: {rule.because.format(o=options)} ({rule.remedy}, or "
                                  f"leave {flag} out)")
 
@@ -106,6 +115,14 @@ def default_of(cls: type, path: str) -> Any:
     field = next(f for f in dataclasses.fields(cls) if f.name == first)
     default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
     return _value(default, rest) if rest else default
+
+
+def _shown(rule: Unused, path: str, value: Any) -> str:
+    """How the command line gave field ``path`` its ``value``: ``--lambda-hard 2.0``, ``--no-corrector``."""
+    if path in rule.flags:
+        return rule.flags[path].format(value)
+    flag = _flag(path.rsplit(".", 1)[-1], value)
+    return flag if isinstance(value, bool) else f"{flag} {value}"
 
 
 def _flag(name: str, value: Any) -> str:

@@ -37,3 +37,9 @@ def ticking_clock(monkeypatch):
             return getattr(real_time, name)
 
     monkeypatch.setattr(progress, "time", Clock())
+
+
+def encoder_flags(tiny_config, kw: dict) -> dict:
+    """The encoder a test run gives: the tiny one for a new model; none beside ``init_from``, whose model keeps its
+    own (an encoder given there is refused as unused)."""
+    return {} if kw.get("init_from") else {"encoder": tiny_config}

@@ -30,11 +30,12 @@ from spanseek.trainer.mining import load_hard_negatives, mine
 from spanseek.trainer.reader import reader_questions, train_reader
 from spanseek.trainer.train import STATE, train_phrase
 from tests.conftest import make_squad
+from tests.trainer.conftest import encoder_flags
 
 
 def _phrase_config(tiny_squad, tiny_config, out, **kw) -> TrainConfig:
-    return TrainConfig(train=str(tiny_squad), out=str(out), encoder=tiny_config, batch_windows=4, prebatch=1,
-                       val_questions=0, precision="fp32", device="cpu", progress=False, **kw)
+    return TrainConfig(train=str(tiny_squad), out=str(out), **encoder_flags(tiny_config, kw), batch_windows=4,
+                       prebatch=1, val_questions=0, precision="fp32", device="cpu", progress=False, **kw)
 
 
 def _never_tokenised(monkeypatch):

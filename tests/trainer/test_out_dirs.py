@@ -29,6 +29,7 @@ from spanseek.trainer.reader import train_reader
 from spanseek.trainer.rundir import RUN_LOCK
 from spanseek.trainer.train import STATE, TrainConfig, train_phrase
 from tests.conftest import make_squad
+from tests.trainer.conftest import encoder_flags
 
 
 def _user_dir(path):
@@ -45,8 +46,8 @@ def _untouched(path) -> bool:
 
 
 def _run_config(tiny_squad, tiny_config, out, **kw) -> TrainConfig:
-    return TrainConfig(train=str(tiny_squad), out=str(out), encoder=tiny_config, batch_windows=4, prebatch=1,
-                       val_questions=0, precision="fp32", device="cpu", progress=False, **kw)
+    return TrainConfig(train=str(tiny_squad), out=str(out), **encoder_flags(tiny_config, kw), batch_windows=4,
+                       prebatch=1, val_questions=0, precision="fp32", device="cpu", progress=False, **kw)
 
 
 @pytest.mark.parametrize("job", ["average", "filter"])

@@ -32,6 +32,7 @@ from spanseek.trainer.losses import LossConfig, phrase_loss
 from spanseek.trainer.progress import Progress
 from spanseek.trainer.summary import RunSoFar
 from spanseek.trainer.train import STATE, TrainConfig, train_phrase
+from tests.trainer.conftest import encoder_flags
 
 
 def fixed_batch_loss(model: PhraseModel, questions, cfg: LossConfig, max_windows: int = 64) -> float:
@@ -50,9 +51,9 @@ def fixed_batch_loss(model: PhraseModel, questions, cfg: LossConfig, max_windows
 
 
 def tiny_train_config(tiny_squad, tiny_config, out, **kw) -> TrainConfig:
-    return TrainConfig(train=str(tiny_squad), out=str(out), encoder=tiny_config, max_steps=20, batch_windows=4,
-                       lr=5e-3, prebatch=1, checkpoint_every=10, val_questions=0, precision="fp32", device="cpu",
-                       progress=False, **kw)
+    return TrainConfig(train=str(tiny_squad), out=str(out), **encoder_flags(tiny_config, kw), max_steps=20,
+                       batch_windows=4, lr=5e-3, prebatch=1, checkpoint_every=10, val_questions=0, precision="fp32",
+                       device="cpu", progress=False, **kw)
 
 
 def test_loss_decreases_and_the_checkpoint_loads(tmp_path, tiny_squad, tiny_config):
