@@ -72,7 +72,16 @@ from spanseek.trainer.rundir import (
 )
 from spanseek.trainer.state import optimizer_and_resume, rng_state, set_rng_state
 from spanseek.trainer.stopping import StopAfterStep, after_training
-from spanseek.trainer.summary import SUMMARY, RunSoFar, after_loop, checkpoint_saved, run_data
+from spanseek.trainer.summary import (
+    SUMMARY,
+    RunSoFar,
+    after_loop,
+    checkpoint_saved,
+    loop_summary,
+    model_card,
+    run_data,
+    write_validated_card,
+)
 from spanseek.trainer.unused import left_unused
 
 log = logging.getLogger(__name__)
@@ -293,7 +302,9 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
                 master = {n: t.detach().cpu().clone() for n, t in model.saved_state().items()}
                 saved = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step, "master": master,
                          "rng": rng_state(device), **progress.run().state()}
-                save_checkpoint(model, out, "last", saved, trained)  # type: ignore[arg-type] (any model with save())
+                card = model_card(cfg, loop_summary(progress.run(), step, len(lengths), len(questions), precision,
+                                                    str(device), 1, rate="windows_per_second"), total)
+                save_checkpoint(model, out, "last", saved, trained, card)  # type: ignore[arg-type] (any model with save())
                 checkpoint_saved(out)
                 progress.saved(step, out / "last")
             if cfg.snapshot_every and step % cfg.snapshot_every == 0:
@@ -302,11 +313,10 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
                 stop.stop_here(step, out / "last")
     progress.close()
     summary: dict[str, Any] = {
-        **run_data(cfg), "reader": str(out / "last"), "config": reader_config.__dict__, "steps": step, "total_steps": total,
-        "train_questions": len(questions), "negative_passages": len(negatives), "train_windows": len(lengths),
-        **progress.run().summary("windows_per_second"), "precision": precision,
-        "device": str(device), "batch_size": cfg.batch_size, "lr": cfg.lr,
-        "teacher": cfg.teacher, "lambda_kl": cfg.lambda_kl,
+        **run_data(cfg), "reader": str(out / "last"), "config": reader_config.__dict__, "total_steps": total,
+        "negative_passages": len(negatives), **loop_summary(progress.run(), step, len(lengths), len(questions),
+                                                            precision, str(device), 1, rate="windows_per_second"),
+        "batch_size": cfg.batch_size, "lr": cfg.lr, "teacher": cfg.teacher, "lambda_kl": cfg.lambda_kl,
     }
     if cfg.val_questions:
         model.eval()
@@ -315,5 +325,6 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
         reader = PassageReader(model, tokenizer, precision=precision)
         with after_training(step, out / "last", after_loop(out, True)):
             summary["validation"] = reading_comprehension(reader, val, progress=cfg.progress)
+        write_validated_card(cfg, summary)
     write_json_atomic(out / SUMMARY, summary)
     return summary

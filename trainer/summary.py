@@ -14,7 +14,15 @@ from typing import Any
 
 from spanseek.core.config import EncoderConfig
 from spanseek.core.io import atomic_path, load_squad, squad_questions, write_json_atomic
-from spanseek.trainer.arguments import EncoderOptions, JobOptions, QsftConfig, TrainingOptions
+from spanseek.core.model import CONFIG_NAME
+from spanseek.core.reader import READER_CONFIG_NAME
+from spanseek.trainer.arguments import (
+    EncoderOptions,
+    JobOptions,
+    QsftConfig,
+    ReaderTrainConfig,
+    TrainingOptions,
+)
 from spanseek.trainer.checkpoints import CARD
 from spanseek.trainer.stopping import after_training
 from spanseek.trainer.unused import default_of
@@ -102,13 +110,14 @@ class RunSoFar:
 
 
 def loop_summary(run: RunSoFar, steps: int, windows: int, questions: int, precision: str, device: str,
-                 world: int) -> dict[str, Any]:
-    """The part of a run's summary that the training loop knows: its steps, examples, time and where it ran."""
+                 world: int, rate: str = "questions_per_second") -> dict[str, Any]:
+    """The part of a run's summary that the training loop knows: its steps, examples, time (and speed, as ``rate``)
+    and where it ran."""
     return {
         "steps": steps,
         "train_questions": questions,
         "train_windows": windows,
-        **run.summary("questions_per_second"),
+        **run.summary(rate),
         "precision": precision,
         "device": device,
         "world_size": world,
@@ -153,19 +162,24 @@ def finish(cfg: TrainingOptions, summary: dict[str, Any], val_index: str | None 
             val = write_holdout(cfg, out / "validation.json.gz")
             summary["validation"] = run_eval(val, out / "last", index=val_index, reading_comprehension=True,
                                              limit=cfg.val_questions, progress=cfg.progress)
-        with atomic_path(out / "last" / CARD) as tmp:  # the card of the model validated: with its metrics
-            tmp.write_text(model_card(cfg, summary), encoding="utf-8")
+        write_validated_card(cfg, summary)
     write_json_atomic(out / SUMMARY, summary)
     return summary
 
 
-def model_card(cfg: TrainingOptions, run: dict[str, Any], total: int | None = None) -> str:
+def write_validated_card(cfg: JobOptions, summary: dict[str, Any]) -> None:
+    """Replace OUT/last's model card by the card of the model validated: with its metrics (``summary["validation"]``)."""
+    with atomic_path(Path(cfg.out) / "last" / CARD) as tmp:
+        tmp.write_text(model_card(cfg, summary), encoding="utf-8")
+
+
+def model_card(cfg: JobOptions, run: dict[str, Any], total: int | None = None) -> str:
     """The model card a run writes with its checkpoint (``OUT/last/README.md``), as a bundled model has one
-    (core/models/default/README.md): how the model was trained, as far as the run knows it: the command (the run's
-    options other than their defaults), the training data and held-out split, the steps (of ``total``), the time in
-    the training loop, the device, and the validation metrics once the run has validated it (``run["validation"]``).
-    ``run``: the summary's part the loop knows (``loop_summary``)."""
-    kind = "qsft" if isinstance(cfg, QsftConfig) else "phrase"
+    (core/models/default/README.md): how the model (a phrase model, or a reader) was trained, as far as the run knows
+    it: the command (the run's options other than their defaults), the training data and held-out split, the steps
+    (of ``total``), the time in the training loop, the device, and the validation metrics once the run has validated
+    it (``run["validation"]``). ``run``: the summary's part the loop knows (``loop_summary``)."""
+    kind = "qsft" if isinstance(cfg, QsftConfig) else "reader" if isinstance(cfg, ReaderTrainConfig) else "phrase"
     command = " ".join([f"spanseek train {kind}", *_flags(cfg)])
     steps = f"{run['steps']} of {total}" if total is not None and total != run["steps"] else str(run["steps"])
     world = f" x {run['world_size']} processes" if run.get("world_size", 1) > 1 else ""
@@ -182,9 +196,11 @@ def model_card(cfg: TrainingOptions, run: dict[str, Any], total: int | None = No
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     measured = ("" if validation is None else
                 f"\n## Validation\n\n```json\n{json.dumps(validation, indent=2, sort_keys=True)}\n```\n")
-    return (f"# spanseek model: `spanseek train {kind}` into {cfg.out}\n\n## How it was made\n\n| | |\n|---|---|\n"
-            f"{table}\n\nThe encoder config is `spanseek_config.json` beside this card; `spanseek eval --model` "
-            f"this directory measures it on other questions.\n{measured}")
+    use = (f"The reader config is `{READER_CONFIG_NAME}` beside this card; `spanseek search --read --reader` this "
+           "directory reads the top passages with it." if kind == "reader" else f"The encoder config is `{CONFIG_NAME}` "
+           "beside this card; `spanseek eval --model` this directory measures it on other questions.")
+    return (f"# spanseek {'reader' if kind == 'reader' else 'model'}: `spanseek train {kind}` into {cfg.out}\n\n"
+            f"## How it was made\n\n| | |\n|---|---|\n{table}\n\n{use}\n{measured}")
 
 
 def _flags(cfg: Any) -> list[str]:

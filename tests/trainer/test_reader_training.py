@@ -565,3 +565,25 @@ def test_fit_reading_takes_the_calibrators_judgement_of_each_question_and_the_me
     assert x[:, col].tolist() == [2.0, 2.0, -4.0, -4.0, -10.0, -10.0] and y.tolist() == [1, 0] * 3 and sizes == [2] * 3
     x, _, _ = examples([read(None), read(None)], "phrase", 1)
     assert x[:, col].tolist() == [0.0] * 4
+
+
+def test_a_reader_checkpoint_carries_a_model_card_with_its_command_data_steps_and_validation(tiny_squad,
+                                                                                             tiny_backbone, tmp_path):
+    """A phrase run's OUT/last had a README.md card of how it was trained; a reader run's had none. Each reader
+    checkpoint now carries one, and the validated reader's holds its reading-comprehension metrics."""
+    import shlex
+
+    from spanseek.cli import build_parser
+    from spanseek.core.options import from_args
+
+    out = tmp_path / "reader"
+    cfg = config(tiny_squad, tiny_backbone, out, max_steps=1, val_questions=2)
+    summary = train_reader(cfg)
+    card = (out / "last" / "README.md").read_text(encoding="utf-8")
+    command = card.split("| trained by | `", 1)[1].split("`", 1)[0]
+    assert from_args(ReaderTrainConfig, build_parser().parse_args(shlex.split(command)[1:])) == cfg
+    assert (f"{tiny_squad.resolve()}: {summary['train_questions']} questions in {summary['train_windows']} windows"
+            in card)
+    assert "| steps | 1 |" in card and f"| device | {summary['device']}, fp32 |" in card and "reader_config.json" in card
+    validated = json.loads(card.split("```json\n", 1)[1].split("\n```", 1)[0])
+    assert validated == json.loads(json.dumps(summary["validation"]))
