@@ -294,8 +294,10 @@ def _verify(args: argparse.Namespace) -> int:
     index = _index_of(args, checked=False)
     if args.live_dir is not None:  # one named that is not there (a typo) is refused, not verified as no live directory
         given_path(args.live_dir, "--live-dir")
+    # one report, the index given as INDEX or --index (the operand stands for the flag): a path that is no index is
+    # named as `--index PATH` either way
     report = verify_index(index, sample=args.sample, k=args.k, nprobe=args.nprobe,
-                          live_dir=_verified_live_dir(args.live_dir, index), flag=None if args.index is None else "--index")
+                          live_dir=_verified_live_dir(args.live_dir, index), flag="--index")
     print(json.dumps(report, indent=2))
     return 0 if report["ok"] else 1
 

@@ -216,14 +216,17 @@ def test_verify_takes_the_index_as_an_operand_or_as_index_like_the_other_index_c
     assert "the index is given twice" in capsys.readouterr().err
 
 
-def test_verify_says_when_a_folder_is_no_index(tmp_path, capsys):
+@pytest.mark.parametrize("given", [[], ["--index"]], ids=["operand", "--index"])
+def test_verify_says_when_a_folder_is_no_index_in_one_report_however_it_is_given(tmp_path, capsys, given):
+    """`index verify DIR` named the path alone where `index verify --index DIR` named the flag too: one report."""
     (tmp_path / "empty").mkdir()
-    assert main(["index", "verify", str(tmp_path / "empty")]) == 1
+    assert main(["index", "verify", *given, str(tmp_path / "empty")]) == 1
     report = json.loads(capsys.readouterr().out)
-    assert report["problems"] == [f"{tmp_path / 'empty'}: not an index directory (no manifest.json and no unfinished "
-                                  "build); build one with `spanseek index build`"]
-    assert main(["index", "verify", str(tmp_path / "missing")]) == 1
-    assert "missing: no such index directory" in json.loads(capsys.readouterr().out)["problems"][0]
+    assert report["problems"] == [f"--index {tmp_path / 'empty'}: not an index directory (no manifest.json and no "
+                                  "unfinished build); build one with `spanseek index build`"]
+    assert main(["index", "verify", *given, str(tmp_path / "missing")]) == 1
+    assert json.loads(capsys.readouterr().out)["problems"][0].startswith(
+        f"--index {tmp_path / 'missing'}: no such index directory")
 
 
 def test_a_pca_pre_transform_is_trained_and_searched(tmp_path, tiny_corpus, tiny_model_dir):
