@@ -96,7 +96,8 @@ def reserved_articles_hint(every: int, offset: int, data: list[dict[str, Any]]) 
 def load_training(path: str | Path) -> list[dict[str, Any]]:
     """The ``data`` list of a SQuAD-format training file (``core.io.load_squad``), refusing what would train on
     nothing or on the wrong question (``check_training_data``). Open-domain question lists (JSON Lines, CSV, TSV)
-    are refused as such: every training job (``train qsft`` too) learns each answer's place in its passage."""
+    are refused as such: every training job (``train qsft`` too) learns each answer's place in its passage; a file
+    with no question at all, as the --train file it is (not as a split of it that holds none)."""
     fmt = question_format(path)
     if fmt in OPEN_FORMATS:
         raise CorpusError(f"{path}: {FORMAT_NAMES[fmt]} questions and answers, without their passages; training reads "
@@ -106,6 +107,10 @@ def load_training(path: str | Path) -> list[dict[str, Any]]:
                           "this file as it is")
     data = load_squad(path)
     check_training_data(data, path)
+    if not any(para.get("qas") for art in data for para in art["paragraphs"]):  # named before any split of it is
+        articles = f"{len(data)} article" + ("" if len(data) == 1 else "s")
+        raise CorpusError(f"--train {path}: no questions in it ({articles}); training learns from the questions of a "
+                          "SQuAD-format file (each paragraph's qas)")
     return data
 
 

@@ -118,13 +118,25 @@ def test_mine_reads_a_paragraph_without_context_as_empty(tmp_path):
 
 def test_mine_refuses_a_file_without_questions_and_bad_counts(tmp_path):
     empty = write_squad(tmp_path / "empty.json", {"version": "1.1", "data": []})
-    with pytest.raises(CorpusError, match=rf"^{re.escape(str(empty))}: no questions to mine for"):
+    with pytest.raises(CorpusError, match=rf"^--train {re.escape(str(empty))}: no questions in it \(0 articles\)"):
         mine(empty, tmp_path / "hard.jsonl", progress=False)
     good = write_squad(tmp_path / "train.json", make_squad(n_articles=2))
     for given, flag in (({"keep": 0}, "--keep"), ({"top_k": -1}, "--top-k"), ({"limit_questions": -2},
                                                                               "--limit-questions")):
         with pytest.raises(ValueError, match=f"{flag} must be an integer >= 1"):
             mine(good, tmp_path / "hard.jsonl", progress=False, **given)
+
+
+@pytest.mark.parametrize("job", ["phrase", "qsft", "reader", "filter"])
+def test_a_training_file_without_questions_is_named_as_the_train_file(tmp_path, capsys, job):
+    """`train qsft` (and phrase) on a SQuAD file with no questions blamed --val-questions (its held-out split holds
+    none): the file is named, as --train, before its split is looked at."""
+    empty = write_squad(tmp_path / "empty.json", {"version": "1.1", "data": []})
+    model = ["--model", "default"] if job in ("qsft", "filter") else []
+    assert main(["train", job, "--train", str(empty), "--out", str(tmp_path / "run"), *model]) == 2
+    assert capsys.readouterr().err == (f"spanseek train {job}: error: --train {empty}: no questions in it (0 articles); "
+                                       "training learns from the questions of a SQuAD-format file (each paragraph's "
+                                       "qas)\n")
 
 
 # --- training options ---
