@@ -20,6 +20,7 @@ Training then uses the new directions from the first step.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -33,10 +34,13 @@ from spanseek.core.model import (
     ModelError,
     PhraseModel,
     check_model_out,
+    phrase_fingerprint,
     read_weights,
     resolve_model,
 )
 from spanseek.core.reader import READER_CONFIG_NAME, READER_WEIGHTS_NAME, ReaderModel, resolve_reader
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -45,9 +49,11 @@ class AverageReport:
     checkpoints: list[str]
     weights: list[float]
     truncation: float  # largest relative norm of an averaged LoRA update dropped by the rank-r refactoring
+    # where the new model's token vectors differ from a checkpoint's: that the indexes built with it need a rebuild
+    indexes: str | None = None
 
     def to_dict(self) -> dict:
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if not (k == "indexes" and v is None)}
 
 
 def _lora_pairs(state: dict[str, torch.Tensor]) -> list[tuple[str, str]]:
@@ -119,7 +125,24 @@ def average_checkpoints(
     if unexpected:
         raise ModelError(f"{refs[0]}: weights do not fit its config (unexpected: {unexpected[:3]} ...)")
     model.save(out, dtype=dtype)
-    return AverageReport(out=str(out), checkpoints=[str(p) for p in paths], weights=weights, truncation=truncation)
+    return AverageReport(out=str(out), checkpoints=[str(p) for p in paths], weights=weights, truncation=truncation,
+                         indexes=indexes_to_rebuild(refs, paths, Path(out)))
+
+
+def indexes_to_rebuild(refs: list[str], paths: list[Path], out: Path) -> str | None:
+    """What an averaged (or converted) model ``out`` means for the indexes built with its checkpoints ``refs``: where
+    its phrase encoder differs from one's (another mean; float16 or bfloat16 weights, whose token vectors differ in
+    their last bits), those indexes refuse it, as they refuse any model but the one that built them, and must be
+    rebuilt with it; None where it is the same as each (a float32 copy)."""
+    mine = phrase_fingerprint(out)
+    differ = [ref for ref, path in zip(refs, paths, strict=True) if phrase_fingerprint(path) != mine]
+    if not differ:
+        return None
+    built = " or ".join(differ)
+    note = (f"indexes built with {built} do not serve {out} (its token vectors differ): rebuild them with `spanseek "
+            f"index build --model {out}`, or keep searching them with {built}")
+    log.warning("%s", note)
+    return note
 
 
 def _flat(config: dict, prefix: str = "") -> dict[str, object]:

@@ -100,6 +100,20 @@ def test_one_checkpoint_converts_to_float16_at_half_the_size(tmp_path, tiny_conf
     _assert_same_outputs(half, load_model(src), rtol=1e-2, atol=1e-2)
 
 
+def test_a_converted_model_whose_token_vectors_differ_says_its_indexes_need_a_rebuild(tmp_path, tiny_config, caplog):
+    """`train average --dtype float16` of a model wrote a model that every index built with the original refuses,
+    saying nothing of it until a search was refused: the report (and a warning) now say to rebuild those indexes.
+    A float32 copy gives the same token vectors: nothing to say."""
+    src = _random_lora_model(tiny_config, seed=5).save(tmp_path / "src")
+    half = average_checkpoints([str(src)], tmp_path / "half", dtype=torch.float16)
+    assert half.to_dict()["indexes"] == (f"indexes built with {src} do not serve {tmp_path / 'half'} (its token "
+                                         f"vectors differ): rebuild them with `spanseek index build --model "
+                                         f"{tmp_path / 'half'}`, or keep searching them with {src}")
+    assert half.indexes in caplog.text
+    copy = average_checkpoints([str(src)], tmp_path / "copy")
+    assert copy.indexes is None and "indexes" not in copy.to_dict()
+
+
 def test_widening_lora_keeps_the_outputs_and_trains_the_new_ranks(tmp_path, tiny_config):
     src = _random_lora_model(tiny_config, seed=6).save(tmp_path / "src")
     r = tiny_config.lora.r
