@@ -15,12 +15,15 @@ service's file reader counting tokens) stays small; ``core.model`` re-exports ``
 
 from __future__ import annotations
 
+import base64
+import functools
 import hashlib
 import importlib
 import shutil
 import tempfile
 import zipfile
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -159,3 +162,63 @@ def resolve_backbone(ref: str) -> str:
         raise ModelError(f"backbone {ref!r}: no such directory (a backbone is package:NAME, a model directory or a "
                          "hub id)")
     return str(Path(ref).expanduser()) if ref.startswith("~") else ref
+
+
+def backbone_fingerprint(ref: str) -> str | None:
+    """What identifies backbone ``ref``'s files (its weights, config and tokenizer), recorded by an index so that a
+    model whose backbone files changed since (another version of its package installed, a directory overwritten) is
+    refused: sha256 (first 16 hex digits) over each file's path, size and sha256, as its package records them (pip's
+    RECORD of a ``package:NAME``; a split backbone's upstream digests), as a hub cache names its blobs, or else as read
+    (a local directory: once per process and file version). Nothing is hashed whole that a record names, so a load
+    costs no pass over gigabytes. None where the files are not here to identify (a hub id resolved remotely)."""
+    name = ref.removeprefix("package:")
+    if ref.startswith("package:") and name in SPLIT_BACKBONES:  # (checked against these digests when assembled)
+        return _digest_lines(f"{file} {digest}" for file, digest in sorted(SPLIT_BACKBONES[name].sha256.items()))
+    directory = Path(resolve_backbone(ref))
+    if not directory.is_dir():
+        return None
+    recorded = _package_record(name, directory) if ref.startswith("package:") else {}
+    files = sorted(p for p in directory.rglob("*") if p.is_file() and not _hidden(p.relative_to(directory)))
+    return _digest_lines(f"{rel} {p.stat().st_size} {recorded.get(rel) or _file_sha256(p)}"
+                         for p in files for rel in [p.relative_to(directory).as_posix()])
+
+
+def _hidden(rel: Path) -> bool:
+    """A file no backbone is read from: a dot file or folder (``.gitattributes``, ``.cache``), ``__pycache__``."""
+    return any(part.startswith(".") or part == "__pycache__" for part in rel.parts)
+
+
+def _digest_lines(lines: Iterable[str]) -> str:
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
+def _package_record(name: str, directory: Path) -> dict[str, str]:
+    """The sha256 (hex) of each file under ``directory`` that the installed distribution ``name`` records, by its
+    path relative to ``directory``; empty where no distribution of that name is installed."""
+    try:
+        dist = metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        return {}
+    root, record = directory.resolve(), {}
+    for file in dist.files or ():
+        if file.hash is None or file.hash.mode != "sha256":
+            continue
+        path = Path(str(dist.locate_file(file))).resolve()
+        if path.is_relative_to(root):
+            record[path.relative_to(root).as_posix()] = base64.urlsafe_b64decode(file.hash.value + "==").hex()
+    return record
+
+
+def _file_sha256(path: Path) -> str:
+    """A file's sha256: a hub cache's blob (the file a symlink points at) is named by it; else read, once per
+    process for each version of the file (its size and modification time)."""
+    target = path.resolve()
+    if len(target.name) == 64 and all(c in "0123456789abcdef" for c in target.name):
+        return target.name
+    stat = target.stat()
+    return _read_sha256(target, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=256)
+def _read_sha256(path: Path, size: int, mtime_ns: int) -> str:  # (size and time: the cache's key)
+    return sha256_file(path)

