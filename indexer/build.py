@@ -85,7 +85,7 @@ from spanseek.indexer.faiss_index import (
 )
 from spanseek.indexer.fine_store_build import check_store_option, resolve_store, write_fine_store
 from spanseek.indexer.ingest import corpus_problem
-from spanseek.indexer.interrupt import stopped_cleanly
+from spanseek.indexer.interrupt import Committed, stopped_cleanly
 from spanseek.indexer.lexical import write_lexical
 from spanseek.indexer.ondisk import (
     add_on_disk,
@@ -438,9 +438,19 @@ def _build_locked(corpus: Path, model: str | Path, model_dir: Path, out: Path, o
 
 def finished(out: Path, manifest: phrase_index.Manifest) -> phrase_index.Manifest:
     """Write ``manifest`` into ``out`` (its presence marks a finished index), then drop what only a resumed build
-    needed: the encoded shards and an on-disk build's ``ivf_blocks/``. Returns the manifest."""
-    manifest.write(out)
-    remove_scratch(out)
+    needed: the encoded shards and an on-disk build's ``ivf_blocks/``. Returns the manifest.
+
+    A stop (Ctrl-C, SIGTERM) once the manifest is in place lands after the build's commit point: the index is
+    complete, so its scratch is removed all the same and the stop is a ``Committed`` one (said as complete, with
+    nothing to rerun: the same command would be refused by the finished index)."""
+    try:
+        manifest.write(out)
+        remove_scratch(out)
+    except KeyboardInterrupt as e:
+        if not (out / phrase_index.MANIFEST).is_file():
+            raise  # (before the commit point: the same command resumes the build)
+        remove_scratch(out)
+        raise Committed(str(e), finished=True) from None
     return manifest
 
 

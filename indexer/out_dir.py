@@ -138,8 +138,11 @@ def check_out_dir(out: Path, corpus: Path) -> None:
     An unfinished build is recognised by its ``shards`` directory, or, killed before its first shard, by nothing
     but scratch (the temporary passage and document stores); such a directory is resumed.
     """
-    if (out / phrase_index.MANIFEST).exists():
-        raise BuildError(f"--out {out} already holds a finished index; remove it or choose another --out")
+    if (out / phrase_index.MANIFEST).exists() and (out / SHARDS).is_dir():  # killed once its manifest was written
+        raise BuildError(f"--out {out} already holds a finished index: the build there was stopped once the index was "
+                         "complete (the shards it kept are removed when it is next opened); nothing needs a rerun. "
+                         "To build another, remove it or choose another --out")
+    refuse_finished(out)
     if out.exists() and not out.is_dir():
         raise BuildError(f"--out {out} is a file, not a directory; choose another --out")
     if (above := next((p for p in out.parents if p.exists()), None)) is not None and not above.is_dir():

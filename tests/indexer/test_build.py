@@ -221,6 +221,41 @@ def test_ctrl_c_during_a_build_says_interrupted_and_the_build_resumes(tmp_path, 
     assert np.load(out / phrase_index.VECTORS).tobytes() == np.load(tiny_index / phrase_index.VECTORS).tobytes()
 
 
+def test_a_stop_once_the_manifest_is_written_says_the_build_is_complete(tmp_path, tiny_corpus, tiny_model_dir,
+                                                                         tiny_index, monkeypatch, capsys):
+    """Ctrl-C (or SIGTERM) landing after the manifest was written said that the same command resumes the build, which
+    then refused the finished index, its encoded shards left behind: the build is complete, and says so."""
+    out = tmp_path / "i"
+    argv = ["index", "build", "--corpus", str(tiny_corpus), "--model", str(tiny_model_dir), "--out", str(out),
+            "--quiet", "--precision", "fp32", "--device", "cpu", "--shard-passages", "7"]
+    write = Manifest.write
+
+    def ctrl_c_once_written(self, index_dir):
+        write(self, index_dir)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Manifest, "write", ctrl_c_once_written)
+    assert main(argv) == 130
+    assert capsys.readouterr().err == (f"spanseek index build: interrupted: the build in {out} had been committed and "
+                                       "is complete; no rerun is needed\n")
+    assert not (out / SHARDS).exists()
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in tiny_index.iterdir())
+    assert np.load(out / phrase_index.VECTORS).tobytes() == np.load(tiny_index / phrase_index.VECTORS).tobytes()
+
+
+def test_a_build_killed_once_its_manifest_was_written_is_named_complete_on_a_rerun(tmp_path, tiny_corpus,
+                                                                                   tiny_model_dir, tiny_index):
+    """Killed (SIGKILL) between its manifest and the removal of its shards, the rerun of the same command said to
+    remove the index: it is complete, and nothing needs a rerun."""
+    out = shutil.copytree(tiny_index, tmp_path / "i")
+    (out / SHARDS / "000000").mkdir(parents=True)  # what the killed build had not removed yet
+    with pytest.raises(BuildError, match=r"already holds a finished index: the build there was stopped once the index "
+                                         r"was complete .* nothing needs a rerun"):
+        build_index(tiny_corpus, tiny_model_dir, out, BuildOptions(shard_passages=7, progress=False))
+    PhraseIndex(out)  # served, and its leftovers removed when opened
+    assert not (out / SHARDS).exists()
+
+
 def test_a_model_asked_for_by_name_is_used_or_refused_never_swapped(tmp_path, tiny_config, tiny_index, tiny_model_dir,
                                                                     monkeypatch, capsys):
     """`--model base` on an index that `default` built is refused naming the model that built it (it was searched
