@@ -450,17 +450,18 @@ class FitReadingConfig(JobOptions):
                                 "fewest whose phrase EM@1 is within --tolerance of the best is the default")
     tolerance: float = option(0.5, "EM@1 points a smaller read_passages may lose to the best and still be chosen")
     default_passages: int | None = option(None, "passages a request reads by default, one of --read-passages, in place "
-                                                "of the fit's choice (every number is fitted either way): for fit "
-                                                "articles whose retrieval is better than new text's, where the fit "
-                                                "favours reading fewer")
+                                                "of the fit's choice (which favours fewer where retrieval is easy)")
     spans_per_passage: int = option(3, "best spans kept per passage read")
-    window_chars: str = option("0,200", "characters read each side of a unit's best phrase to choose from "
-                               "(comma-separated; 0: the whole passage); a window is chosen when it keeps EM@1 "
-                               "within --tolerance at a lower cost")
+    window_chars: str = option("0,200", "characters read each side of a unit's best phrase to choose from (comma-"
+                               "separated; 0: the whole passage), chosen as --read-passages is, by EM@1 and cost")
     index: str | None = option(None, "index of those articles built with --model (else a temporary one is built)")
     mode: Literal["dense", "lexical", "hybrid"] | None = option(None, "retrieval mode (default: the index's)")
     features: str | None = option(None, "the read features the models use (comma-separated names of "
                                         "core.reading.READ_FEATURES; the others get weight 0); default: all")
+    absent_questions: int = option(0, "questions of other training articles read over the fit's index too, all wrong: "
+                                   "a read hit's confidence learns to fall where the index holds no answer")
+    reads: str | None = option(None, "keep every question's reads in this file, and fit from them without reading "
+                                     "again when a rerun with the same questions and reading settings finds it")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -472,9 +473,9 @@ class FitReadingConfig(JobOptions):
         check(0 <= self.articles_offset < self.holdout_every and self.articles_offset != self.holdout_offset,
               "--articles-offset", "in [0, --holdout-every), not --holdout-offset", self.articles_offset)
         check(self.questions >= 10, "--questions", "an integer >= 10", self.questions)
+        check(self.absent_questions >= 0, "--absent-questions", "an integer >= 0", self.absent_questions)
         check(self.spans_per_passage >= 1, "--spans-per-passage", "an integer >= 1", self.spans_per_passage)
-        check(min(self.depths, default=0) >= 1, "--read-passages", "comma-separated integers >= 1",
-              self.read_passages)
+        check(min(self.depths, default=0) >= 1, "--read-passages", "comma-separated integers >= 1", self.read_passages)
         check(self.default_passages is None or self.default_passages in self.depths, "--default-passages",
               f"one of --read-passages ({self.read_passages})", self.default_passages)
         check(min(self.windows, default=-1) >= 0, "--window-chars", "comma-separated integers >= 0",

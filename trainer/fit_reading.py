@@ -11,11 +11,20 @@ candidates' ``READ_FEATURES`` (labels: the span is an exact answer; the passage 
 question's article). The default depth is the fewest passages whose phrase EM@1 comes within ``--tolerance`` of the
 best depth's. ``OUT/reading.json`` records the models of every depth (a request reading another number of passages
 is scored by that depth's), the default depth and what they were fitted on.
+
+``--absent-questions N`` reads N questions of other training articles (neither the fit's nor held out) over the same
+index as well, every span read for them labelled wrong: the fit's own questions are retrieved almost always right,
+so without them the models never see retrieval that found nothing, and read a question the index cannot answer as
+confidently as one it can. The models are fitted on both; each unit's first-hit calibration on the answerable
+questions alone, so that a confidence at ``unanswerable_prior`` 0 still assumes the answer is in the index.
+``--reads FILE`` keeps the reads, and a rerun with the same questions and reading settings fits from them without
+reading again.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,7 +36,14 @@ from tqdm.auto import tqdm
 from spanseek.core.encoding import pick_device
 from spanseek.core.evaluate import sample_questions
 from spanseek.core.holdout import Holdout
-from spanseek.core.io import Question, other_files, squad_documents, squad_questions, write_corpus
+from spanseek.core.io import (
+    Question,
+    atomic_path,
+    other_files,
+    squad_documents,
+    squad_questions,
+    write_corpus,
+)
 from spanseek.core.loading import open_searcher
 from spanseek.core.metrics import calibration_error, exact_match, passage_has_answer
 from spanseek.core.model import resolve_model
@@ -56,6 +72,7 @@ class Read:
     candidates: dict[str, list[Candidate]]
     sources: dict[str, list]
     retrieval: dict[str, float | None]  # per unit, the calibrator's log-odds of the first unit read (``judge``)
+    absent: bool = False  # its article is not in the index: whatever is read is wrong
 
 
 def label(unit: str, c: Candidate, q: Question) -> float:
@@ -80,7 +97,7 @@ def examples(reads: list[Read], unit: str, depth: int) -> tuple[np.ndarray, np.n
                     best[c.rank] = c
             cands = list(best.values())
         xs.append(read_features(cands, r.sources[unit][:depth], r.retrieval[unit]))
-        ys.append(np.array([label(unit, c, r.question) for c in cands]))
+        ys.append(np.array([0.0 if r.absent else label(unit, c, r.question) for c in cands]))
         sizes.append(len(cands))
     x = np.concatenate(xs)
     # a question no calibrator judged reads as the mean of those judged (as a search does: ``known``); none judged,
@@ -122,6 +139,14 @@ def calibrate_first_hits(scores: np.ndarray, right: np.ndarray) -> tuple[float, 
     return float(lr.coef_[0, 0]), float(lr.intercept_[0])
 
 
+def first_hit_confidences(model, calibration: tuple[float, float], reads: list[Read], unit: str, depth: int
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """Each question's best-scored candidate at ``depth``: its confidence (``calibration``: its (a, b)) and whether
+    it is right."""
+    scores, right = first_hits(model, *examples(reads, unit, depth))
+    return 1 / (1 + np.exp(-(calibration[0] * scores + calibration[1]))), right
+
+
 def first_hit_accuracy(model, x: np.ndarray, y: np.ndarray, sizes: list[int]) -> float:
     """Share of questions whose best-scored candidate is right (percent)."""
     logit, right, start = model.logit(x), 0.0, 0
@@ -132,15 +157,27 @@ def first_hit_accuracy(model, x: np.ndarray, y: np.ndarray, sizes: list[int]) ->
     return round(100 * right / max(1, len(sizes)), 2)
 
 
+def present(reads: list[Read]) -> list[Read]:
+    """The reads of questions whose article is in the index."""
+    return [r for r in reads if not r.absent]
+
+
 def fit_depth(reads: list[Read], depth: int, phrase_model, features: Sequence[str] = READ_FEATURES
               ) -> tuple[dict, dict, dict[str, Any]]:
     """Per unit, the logistic model and first-hit calibration of reading ``depth`` passages (the phrase model is
-    given: it was fitted when choosing the depth), and a report of their first hits' accuracy and calibration."""
+    given: it was fitted when choosing the depth), and a report of their first hits' accuracy and calibration.
+
+    The models are fitted on every read, those of questions without their article too (all wrong), so that they
+    learn what weak retrieval says; the calibration, on the questions whose answer is in the index alone: a hit's
+    confidence at ``unanswerable_prior`` 0 assumes the answer is there (a request's prior discounts it,
+    ``core.reading.shifted``)."""
     models, report, calibration = {"phrase": phrase_model}, {}, {}
+    absent = [r for r in reads if r.absent]
     for unit in ("phrase", "passage", "doc"):
-        x, y, sizes = examples(reads, unit, depth)
         if unit != "phrase":
-            models[unit] = fit(x, y, unit, features)
+            models[unit] = fit(*examples(reads, unit, depth)[:2], unit, features)
+        x, y, sizes = examples(present(reads), unit, depth)
+        if unit != "phrase":
             report[f"{unit}_acc@1"] = first_hit_accuracy(models[unit], x, y, sizes)
         scores, right = first_hits(models[unit], x, y, sizes)
         calibration[unit] = calibrate_first_hits(scores, right)
@@ -148,11 +185,17 @@ def fit_depth(reads: list[Read], depth: int, phrase_model, features: Sequence[st
         report[f"{unit}_first_hit_ece"] = {
             "uncalibrated": round(calibration_error(1 / (1 + np.exp(-scores)), right), 4),
             "calibrated": round(calibration_error(1 / (1 + np.exp(-(a * scores + b))), right), 4)}
+        for name, group in (("present", present(reads)), ("absent", absent)):
+            if group:  # the mean confidence of the first hits of questions with and without their article
+                conf = first_hit_confidences(models[unit], calibration[unit], group, unit, depth)[0]
+                report[f"{unit}_first_hit_confidence_{name}"] = round(float(conf.mean()), 4)
     return models, calibration, report
 
 
-def read_questions(cfg: FitReadingConfig, questions: list[Question], index: str | Path) -> dict[int, list[Read]]:
-    """Every question's top passages and documents read once per window width, at the deepest depth."""
+def read_questions(cfg: FitReadingConfig, questions: list[Question], index: str | Path,
+                   absent: Sequence[Question] = ()) -> dict[int, list[Read]]:
+    """Every question's top passages and documents read once per window width, at the deepest depth; ``absent``:
+    questions whose article the index does not hold, read as well (``Read.absent``)."""
     searcher = open_searcher(index, cfg.model, device=cfg.device, precision=cfg.precision)
     reader = PassageReader.load(resolve_reader(cfg.reader), pick_device(cfg.device),
                                 precision="fp32" if cfg.precision == "auto" else cfg.precision)
@@ -162,8 +205,9 @@ def read_questions(cfg: FitReadingConfig, questions: list[Question], index: str 
     base = SearchParams(mode=cfg.mode)
     reads: dict[int, list[Read]] = {w: [] for w in cfg.windows}
     assert searcher.encoder is not None
-    for b in tqdm(range(0, len(questions), 32), desc="reading", unit="batch", disable=not cfg.progress):
-        batch = questions[b:b + 32]
+    asked = [*questions, *absent]
+    for b in tqdm(range(0, len(asked), 32), desc="reading", unit="batch", disable=not cfg.progress):
+        batch = asked[b:b + 32]
         texts = [q.question for q in batch]
         q_start, q_end = searcher.encoder.encode(texts)
         found, first = {}, {}
@@ -179,8 +223,44 @@ def read_questions(cfg: FitReadingConfig, questions: list[Question], index: str 
                                      {"phrase": found["passage"][i], "passage": found["passage"][i],
                                       "doc": found["doc"][i]},
                                      {"phrase": first["passage"][i], "passage": first["passage"][i],
-                                      "doc": first["doc"][i]}))
+                                      "doc": first["doc"][i]}, absent=b + i >= len(questions)))
     return reads
+
+
+def absent_questions(cfg: FitReadingConfig, data: list[dict[str, Any]]) -> list[Question]:
+    """``--absent-questions`` questions of the training articles that are neither the fit's nor held out, a fixed
+    sample: searched over the fit articles' index, their answer is not there, and whatever is read for them is
+    wrong."""
+    fit_articles, held = Holdout(cfg.holdout_every, cfg.articles_offset), cfg.holdout
+    others = [a for i, a in enumerate(data) if not fit_articles.held(i) and not held.held(i)]
+    return sample_questions([q for q in squad_questions(others) if q.answers], cfg.absent_questions,
+                            seed=cfg.seed + 1) if cfg.absent_questions else []
+
+
+def read_settings(cfg: FitReadingConfig, questions: Sequence[Question], absent: Sequence[Question]
+                  ) -> dict[str, Any]:
+    """What a fit's reads depend on: a ``--reads`` file made with other settings is not reused."""
+    return {"questions": [q.id for q in questions], "absent": [q.id for q in absent], "index": cfg.index,
+            "reader": cfg.reader, "model": cfg.model, "mode": cfg.mode, "read_passages": max(cfg.depths),
+            "windows": list(cfg.windows), "spans_per_passage": cfg.spans_per_passage, "precision": cfg.precision}
+
+
+def kept_reads(path: str, made_with: dict[str, Any]) -> dict[int, list[Read]] | None:
+    """The reads an earlier fit kept in ``path`` (``--reads``) if they were made with these settings; None when there
+    is no such file; ValueError naming the file when it holds something else or reads made otherwise."""
+    if not Path(path).is_file():
+        return None
+    try:
+        with open(path, "rb") as f:
+            kept = pickle.load(f)
+        assert isinstance(kept, dict) and set(kept) == {"made_with", "reads"}
+    except Exception:
+        raise ValueError(f"--reads {path} is not a file of reads that `spanseek train fit-reading --reads` wrote; "
+                         "give a new file, or remove it") from None
+    if differ := sorted(k for k, v in made_with.items() if kept["made_with"].get(k) != v):
+        raise ValueError(f"--reads {path} holds reads made with other {', '.join(differ)} than this fit's; give a "
+                         "new file, or remove it to read again")
+    return kept["reads"]
 
 
 def check_reading_out(out: str | Path) -> None:
@@ -207,22 +287,29 @@ def fit_reading(cfg: FitReadingConfig) -> dict[str, Any]:
     if not questions:  # (an index of no articles was refused naming its temporary corpus)
         raise ValueError(f"--train {cfg.train}: no answered questions in the articles the fit reads "
                          f"{reserved_articles_hint(cfg.holdout_every, cfg.articles_offset, data)}")
-    with tempfile.TemporaryDirectory(prefix="spanseek-fit-reading-") as tmp:
-        index = cfg.index
-        if index is None:
-            from spanseek.indexer.build import BuildOptions, build_index
+    absent = absent_questions(cfg, data)
+    made_with = read_settings(cfg, questions, absent)
+    reads = kept_reads(cfg.reads, made_with) if cfg.reads else None
+    if reads is None:
+        with tempfile.TemporaryDirectory(prefix="spanseek-fit-reading-") as tmp:
+            index = cfg.index
+            if index is None:
+                from spanseek.indexer.build import BuildOptions, build_index
 
-            corpus = Path(tmp) / "corpus.jsonl"
-            write_corpus(corpus, squad_documents(articles))
-            index = str(Path(tmp) / "index")
-            build_index(corpus, cfg.model, index, BuildOptions(progress=cfg.progress, precision=cfg.precision))
-        reads = read_questions(cfg, questions, index)
+                corpus = Path(tmp) / "corpus.jsonl"
+                write_corpus(corpus, squad_documents(articles))
+                index = str(Path(tmp) / "index")
+                build_index(corpus, cfg.model, index, BuildOptions(progress=cfg.progress, precision=cfg.precision))
+            reads = read_questions(cfg, questions, index, absent)
+        if cfg.reads:
+            with atomic_path(cfg.reads) as tmp_path, open(tmp_path, "wb") as f:
+                pickle.dump({"made_with": made_with, "reads": reads}, f)
     by_setting: dict[tuple[int, int], dict[str, Any]] = {}  # (depth, window) -> EM@1 and the phrase model
     for window, window_reads in reads.items():
         for depth in cfg.depths:
-            x, y, sizes = examples(window_reads, "phrase", depth)
-            model = fit(x, y, "phrase", cfg.feature_names)
-            by_setting[depth, window] = {"phrase_em@1": first_hit_accuracy(model, x, y, sizes), "model": model}
+            model = fit(*examples(window_reads, "phrase", depth)[:2], "phrase", cfg.feature_names)
+            em = first_hit_accuracy(model, *examples(present(window_reads), "phrase", depth))
+            by_setting[depth, window] = {"phrase_em@1": em, "model": model}
     best = max(v["phrase_em@1"] for v in by_setting.values())
     # the cheapest setting within tolerance of the best: reading cost grows with the passages and the characters read
     depth, window = min((k for k, v in by_setting.items() if v["phrase_em@1"] >= best - cfg.tolerance),
@@ -234,7 +321,8 @@ def fit_reading(cfg: FitReadingConfig) -> dict[str, Any]:
     fits = {d: fit_depth(reads[window], d, by_setting[d, window]["model"], cfg.feature_names) for d in cfg.depths}
     models, calibration, report = fits[depth]
     fitted_on = {
-        "questions": len(questions), "articles": len(articles), "train": str(cfg.train),
+        "questions": len(questions), "articles": len(articles), "absent_questions": len(absent),
+        "train": str(cfg.train),
         "articles_offset": cfg.articles_offset, "holdout_every": cfg.holdout_every, "model": str(cfg.model),
         "mode": cfg.mode, "features": list(cfg.feature_names), "phrase_em@1_by_read_passages_and_window": {
             f"{d}/{w}": v["phrase_em@1"] for (d, w), v in sorted(by_setting.items())},

@@ -257,6 +257,20 @@ def test_fit_reading_writes_the_file_a_searcher_reads(tiny_squad, tiny_model_dir
     for unit in ("phrase", "passage", "doc"):
         assert again.models[unit].coef == pytest.approx(other.models[unit].coef)
         assert again.at(reading.read_passages).models[unit].coef == pytest.approx(reading.models[unit].coef)
+    # --absent-questions: questions of other training articles are read too, all wrong; --reads keeps the reads, and a
+    # rerun with the same settings fits from them without reading
+    capsys.readouterr()
+    absent, kept = tmp_path / "absent", tmp_path / "reads.pkl"
+    args = [*fit_args(tiny_squad, tiny_reader, tiny_model_dir, absent), "--absent-questions", "4", "--reads", str(kept)]
+    assert main(args) == 0
+    first = Reading.load(absent / READING_NAME)
+    assert first.fitted_on["absent_questions"] == 4 and first.fitted_on["questions"] == reading.fitted_on["questions"]
+    assert {"phrase_first_hit_confidence_absent", "doc_first_hit_confidence_present"} <= set(first.fitted_on)
+    monkeypatch.setattr(fit_reading, "read_questions", lambda *a, **k: pytest.fail("read again"))
+    assert main(args) == 0
+    assert Reading.load(absent / READING_NAME).to_dict() == first.to_dict()
+    assert main([*args[:-4], "--absent-questions", "3", "--reads", str(kept)]) == 2
+    assert "holds reads made with other absent than this fit's" in capsys.readouterr().err
 
 
 def test_fit_reading_names_a_mistyped_reader_or_an_empty_split_before_building_an_index(tiny_squad, tiny_model_dir,
@@ -330,6 +344,8 @@ def test_fit_reading_options_are_checked():
         FitReadingConfig(train="t", out="o", reader="r", articles_offset=7)
     with pytest.raises(ValueError, match=r"--default-passages must be one of --read-passages \(1,2\), got 3"):
         FitReadingConfig(train="t", out="o", reader="r", read_passages="1,2", default_passages=3)
+    with pytest.raises(ValueError, match="--absent-questions must be an integer >= 0"):
+        FitReadingConfig(train="t", out="o", reader="r", absent_questions=-1)
 
 
 def test_a_reader_distils_from_a_teacher_or_its_cache(tiny_squad, tiny_backbone, tiny_reader, tmp_path, monkeypatch):
@@ -587,3 +603,70 @@ def test_a_reader_checkpoint_carries_a_model_card_with_its_command_data_steps_an
     assert "| steps | 1 |" in card and f"| device | {summary['device']}, fp32 |" in card and "reader_config.json" in card
     validated = json.loads(card.split("```json\n", 1)[1].split("\n```", 1)[0])
     assert validated == json.loads(json.dumps(summary["validation"]))
+
+
+def synthetic_reads(rng: np.random.Generator, n: int, absent: bool):
+    """``n`` questions' reads of one passage each: answerable ones whose read answer is right when the reader scores
+    it high and whose retrieval the calibrator judges strong; unanswerable ones (``absent``) whose retrieval is weak,
+    read as confidently, their passage holding the answer's text by chance (still wrong: the article is not there)."""
+    from spanseek.core.io import Question
+    from spanseek.core.params import Hit
+    from spanseek.core.reader import ReadSpan
+    from spanseek.core.reading import Candidate
+    from spanseek.trainer.fit_reading import Read
+
+    out = []
+    for i in range(n):
+        right = not absent and rng.random() < 0.6
+        title = "t" if right or absent else "other"
+        passage = "In 1450 the harbour bridge was built by Gala of Tarn." if right or absent else \
+            "In 1450 the harbour bridge was built by Orm of Tarn."
+        source = Hit(passage[40:44], 3.0, 40, 44, 0, passage, "d", title)
+        q = Question(f"q{i}", "Who built it?", ("Gala",), (40,), "t", passage, 0, 0)
+        score = rng.normal(3.0 if right or absent else 1.0, 0.7)
+        cands = [Candidate(source, 0, ReadSpan(0, 40, 44, passage[40:44], score, 0.0)),
+                 Candidate(source, 0, ReadSpan(0, 12, 26, "harbour bridge", score - 2.0, 0.0))]
+        units = ("phrase", "passage", "doc")
+        out.append(Read(q, {u: cands for u in units}, {u: [source] for u in units},
+                        {u: float(rng.normal(-3.0 if absent else 2.0, 1.0)) for u in units}, absent=absent))
+    return out
+
+
+def test_a_fit_that_reads_unanswerable_questions_doubts_weak_retrieval_and_stays_calibrated_on_answerable_ones():
+    """Questions whose article the index does not hold are wrong whatever is read (even a span that matches their
+    answer's text): fitted with them, the models learn that weak retrieval means a wrong read, so an unanswerable
+    question's first hit loses its confidence, while the calibration is fitted on the answerable questions alone."""
+    from spanseek.trainer.fit_reading import examples, fit, fit_depth
+
+    rng = np.random.default_rng(0)
+    here, gone = synthetic_reads(rng, 120, absent=False), synthetic_reads(rng, 120, absent=True)
+    x, y, _ = examples(gone, "phrase", 1)
+    assert not y.any()  # (their first span reads "Gala", their answer, in a passage titled as their article)
+    reports = {}
+    for name, reads in (("answerable only", here), ("with unanswerable", here + gone)):
+        models, calibration, report = fit_depth(reads, 1, fit(*examples(reads, "phrase", 1)[:2], "phrase"))
+        reports[name] = report
+    old, new = reports["answerable only"], reports["with unanswerable"]
+    assert "phrase_first_hit_confidence_absent" not in old
+    for unit in ("phrase", "passage", "doc"):
+        assert new[f"{unit}_first_hit_confidence_absent"] < 0.2 < new[f"{unit}_first_hit_confidence_present"]
+        # calibrated on the answerable questions: their mean confidence is their accuracy, as without the others
+        assert new[f"{unit}_first_hit_confidence_present"] == pytest.approx(old[f"{unit}_first_hit_confidence_present"],
+                                                                           abs=0.02)
+        assert new[f"{unit}_first_hit_ece"]["calibrated"] < 0.1
+    # without them, the same unanswerable questions read as confidently as answerable ones
+    models, calibration, _ = fit_depth(here, 1, fit(*examples(here, "phrase", 1)[:2], "phrase"))
+    scores = models["phrase"].logit(examples(gone, "phrase", 1)[0])[::2]
+    a, b = calibration["phrase"]
+    assert float(np.mean(1 / (1 + np.exp(-(a * scores + b))))) > 0.5
+
+
+def test_fit_reading_refuses_a_reads_file_it_did_not_write(tmp_path):
+    from spanseek.trainer.fit_reading import kept_reads
+
+    assert kept_reads(str(tmp_path / "none.pkl"), {}) is None
+    other = tmp_path / "questions.json"
+    other.write_text('{"data": []}')
+    with pytest.raises(ValueError, match=f"--reads {other} is not a file of reads that `spanseek train fit-reading "
+                                         "--reads` wrote"):
+        kept_reads(str(other), {})
