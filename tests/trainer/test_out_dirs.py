@@ -228,8 +228,8 @@ def test_a_training_file_without_questions_is_refused_in_one_line(tmp_path, tiny
             "--val-questions", "0", "--precision", "fp32", "--device", "cpu", "--no-progress"]
     assert main(args) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith(("INFO", "WARNING"))]
-    assert err == [f"spanseek train phrase: error: {path}: no questions in its training articles (40 articles, 2 of them "
-                   "held out)"]
+    assert err == [f"spanseek train phrase: error: --train {path}: no questions in it (40 articles); training learns "
+                   "from the questions of a SQuAD-format file (each paragraph's qas)"]
 
 
 # --- a run refused at its start leaves no --out behind ---
