@@ -98,7 +98,7 @@ class ServiceState:
     def __init__(self, settings: Settings, metrics: ServiceMetrics, reopener: Reopener | None = None):
         self.settings = settings
         self.metrics = metrics
-        self.status = "loading"  # loading -> ready | failed
+        self.status = "loading"  # loading -> ready | failed; ready -> broken (``batcher_stopped``)
         self.detail: str | None = None
         self.searcher: Searcher | None = None
         self.batcher: MicroBatcher | None = None
@@ -121,6 +121,8 @@ class ServiceState:
         self.live: LiveWrites | None = None  # live writes (settings.writes), once loaded
         # the rankings of paging cursors: the app's, so that a reload or a write leaves them as they were searched
         self.cursors = Cursors(settings.cursor_cache_bytes, settings.cursor_ttl_s)
+        # asks the server to stop (``spanseek serve`` sets it: service.cli), should no search be answerable any more
+        self.stop_server: Callable[[], None] | None = None
 
     def pool(self, name: str) -> ThreadPoolExecutor:
         """A pool of one thread named ``name``, counted in ``workers`` once it starts."""
@@ -164,7 +166,8 @@ class ServiceState:
         self.batcher = MicroBatcher(searcher, self.executor, s.max_batch_size, s.max_wait_ms, s.max_queue, self.metrics,
                                     search_executor=self.search_executor, overlap=overlap,
                                     max_queue_wait_ms=s.max_queue_wait_ms, burst_questions=s.max_queries_per_request,
-                                    fair_wait_ms=s.fair_wait_ms, write_wait_ms=s.write_wait_ms)
+                                    fair_wait_ms=s.fair_wait_ms, write_wait_ms=s.write_wait_ms,
+                                    on_stopped=self.batcher_stopped)
         for size, seconds in warm_batches:  # admission knows the batch rate before the first request
             self.batcher.observe_batch(size, seconds)
         self.overlap = overlap if self.search_executor is not None else "off"
@@ -347,6 +350,19 @@ class ServiceState:
         await asyncio.gather(loading, return_exceptions=True)
         if self.settings.index_poll_s > 0 and not self.settings.writes and not loading.cancelled():
             await self.reloader.watch(self.settings.index_poll_s)
+
+    def batcher_stopped(self, why: str) -> None:
+        """The batcher's queue owner ended on a fault of its own (service.batcher): the process can answer no search
+        any more, and only a restart makes it whole (the fault's state is unknown, so nothing is restarted in place).
+        /ready and /health say 503 with the reason from now on, and the server is asked to stop (``stop_server``): it
+        answers the requests it holds, and ``spanseek serve`` exits with status 1, so that the orchestrator's restart
+        policy (compose's ``restart``, a Kubernetes pod's) starts a fresh process. A server started by uvicorn itself
+        stays up, and a liveness probe on /health restarts it."""
+        self.status, self.detail = "broken", f"the search batcher stopped ({why})"
+        self.metrics.ready.set(0)
+        if self.stop_server is not None:
+            log.error("stopping: %s; searches cannot be answered until the service is started again", self.detail)
+            self.stop_server()
 
     def stopping(self) -> None:
         """The server has begun to stop (``spanseek serve``: service.server), answering the requests it holds: a

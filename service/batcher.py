@@ -298,6 +298,7 @@ class MicroBatcher:
         burst_questions: int = 0,
         fair_wait_ms: float = 0.0,
         write_wait_ms: float = 0.0,
+        on_stopped: Callable[[str], None] | None = None,
     ):
         self.searcher = searcher
         self.executor = executor
@@ -328,6 +329,7 @@ class MicroBatcher:
         self.write_wait = write_wait_ms / 1000.0
         self._write_turn = asyncio.Lock()  # write steps take turns (FIFO), one in the encoder's thread at a time
         self._gap_changed = asyncio.Event()  # set when the batches in flight have finished (a gap may open)
+        self.on_stopped = on_stopped  # told why, should the queue owner end other than by ``stop`` (``_on_exit``)
 
     def swap(self, searcher: Searcher) -> None:
         """Run the batches taken from now on with ``searcher`` (a hot reload); batches already taken finish on
@@ -354,14 +356,21 @@ class MicroBatcher:
             self._task.add_done_callback(self._on_exit)
 
     def _on_exit(self, task: asyncio.Task) -> None:
-        """If the queue owner ever dies, say so and fail fast rather than leave requests waiting forever."""
-        if task.cancelled() or task.exception() is None:
+        """If the queue owner ever ends other than by ``stop`` (a fault outside any batch's, which ``_failing_alone``
+        does not catch, or a cancellation from elsewhere), say why, fail the requests it held (503) and tell
+        ``on_stopped``: nothing would ever answer them, nor any later search."""
+        if self._closed:  # stopped
             return
-        log.error("the batcher stopped", exc_info=task.exception())
+        error = None if task.cancelled() else task.exception()
+        why = f"{type(error).__name__}: {error}" if error is not None else "cancelled" if task.cancelled() else "ended"
+        log.error("the search batcher stopped (%s)", why, exc_info=error)
         self._closed = True
-        for item in [*self._inflight, *self._pending]:
+        for item in [*self._inflight, *self._pending.clear()]:
             if not item.future.done():
-                item.future.set_exception(NotReady("the search batcher stopped"))
+                item.future.set_exception(NotReady(f"the search batcher stopped ({why})"))
+        self._set_depth(0)
+        if self.on_stopped is not None:
+            self.on_stopped(why)
 
     async def stop(self) -> None:
         """Stop taking requests; waiting requests fail with NotReady (503)."""
@@ -369,8 +378,7 @@ class MicroBatcher:
         for task in (self._task, self._searching):
             if task is not None:
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await asyncio.wait([task])  # (one that had ended on a fault raised it here: the app's stop failed)
         for item in [*self._inflight, *self._pending.clear()]:
             if not item.future.done():
                 item.future.set_exception(NotReady(SHUTTING_DOWN))

@@ -233,8 +233,8 @@ def _serve(args: argparse.Namespace) -> int:
     sockets = bind_sockets(settings.host, settings.port)  # a port in use fails here, before the index is read
     try:
         model_dir = check_servable(settings)
-        config = server_config(create_app(settings, tracer_provider=provider_from_environment(os.environ)), settings,
-                               args.log_level)
+        app = create_app(settings, tracer_provider=provider_from_environment(os.environ))
+        config = server_config(app, settings, args.log_level)
     except BaseException:
         for sock in sockets:
             sock.close()
@@ -248,8 +248,11 @@ def _serve(args: argparse.Namespace) -> int:
     # the main thread handles signals (uvicorn too): run in another, serve leaves them to the program
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
+    server = uvicorn.Server(config)
+    state = app.state.service
+    state.stop_server = lambda: setattr(server, "should_exit", True)  # (as SIGTERM: the server stops gracefully)
     try:
-        uvicorn.Server(config).run(sockets=sockets)  # uvicorn closes them when it stops, once it has started
+        server.run(sockets=sockets)  # uvicorn closes them when it stops, once it has started
     except (KeyboardInterrupt, Terminated):
         log.info("stopped")
     finally:  # and here whether or not it started (closing twice is harmless)
@@ -257,9 +260,12 @@ def _serve(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGTERM, previous)
         for sock in sockets:
             sock.close()
+    # status 1 when it stopped because no search could be answered any more (ServiceState.batcher_stopped): a
+    # restart policy that restarts only failures (compose's on-failure) starts it again too
+    status = 1 if state.status == "broken" else 0
     if main_thread:  # the process ends here: not after a load of the index nobody waits for
-        exit_past_unfinished_work(config.app)
-    return 0
+        exit_past_unfinished_work(app, status=status)
+    return status
 
 
 class Terminated(Exception):

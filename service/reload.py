@@ -178,6 +178,8 @@ class IndexReloader:
         (ReloadThrottled, 429). The reload goes on if the caller leaves."""
         if self._abandoned:
             raise NotReady(SHUTTING_DOWN)
+        if self.state.status == "broken":  # the server stops to be restarted: a new index would not be searched
+            raise NotReady(f"{self.state.detail}; no reload: the service must be started again")
         # absolute, as the served path is: one index named relative or not is one reload
         target = Path(path if path is not None else self.path).absolute()
         if self._running is not None and self._running[0] != target:

@@ -281,6 +281,8 @@ def not_ready(request: Request) -> NotReady:
     state = get_state(request)
     if state.status == "failed":
         return NotReady(f"loading failed: {load_error(request)}")
+    if state.status == "broken":  # (ServiceState.batcher_stopped)
+        return NotReady(f"{state.detail}; searches cannot be answered until the service is started again")
     if state.status == "loading" and state.detail:  # what the start is doing: replaying the write log, warming up
         return NotReady(f"{NotReady.default_message} ({state.detail})")
     return NotReady()
@@ -318,8 +320,11 @@ def _check_range(name: str, value: int | None, low: int, high: int) -> None:
             responses=_errors(422))
 async def health(request: Request) -> HealthResponse:
     """Liveness: 200 while the process runs, also while loading and after loading failed (a restart would not
-    fix a bad index or model; /ready says 503 with the reason, and the log has it)."""
+    fix a bad index or model; /ready says 503 with the reason, and the log has it). 503 once no search can be
+    answered any more (the search batcher stopped on a fault): a restart fixes that."""
     state = get_state(request)
+    if state.status == "broken":
+        raise not_ready(request)
     return HealthResponse(status="ok", detail=f"{state.status}: {load_error(request)}" if state.status == "failed"
                           else state.status)
 
@@ -327,7 +332,8 @@ async def health(request: Request) -> HealthResponse:
 @router.get("/ready", response_model=HealthResponse, responses=_errors(422, 503), tags=["probes"],
             dependencies=[Depends(known_query)])
 async def ready(request: Request) -> HealthResponse:
-    """Readiness: 200 once the model and index are loaded and warmed up, 503 before (or if loading failed)."""
+    """Readiness: 200 once the model and index are loaded and warmed up, 503 before, if loading failed, or once
+    searches cannot be answered any more (the search batcher stopped; the server then stops to be restarted)."""
     if get_state(request).status != "ready":
         raise not_ready(request)
     return HealthResponse(status="ready")
@@ -499,7 +505,7 @@ async def search(
     top_k = body.top_k or s.default_top_k
     if (body.offset or 0) + top_k > s.max_offset_top_k:
         raise BadRequest(f"offset + top_k must be at most {s.max_offset_top_k}, got {(body.offset or 0) + top_k}")
-    if state.batcher is None:
+    if state.batcher is None or state.status == "broken":
         raise not_ready(request)
     warnings: list[str] = []
     if body.nprobe is not None and index_nprobe(state.searcher) is None:

@@ -243,8 +243,8 @@ def server_config(app: FastAPI, settings: Settings, log_level: str = "info") -> 
     )
 
 
-def exit_past_unfinished_work(app: object, wait_s: float = WORKER_EXIT_WAIT_S) -> None:
-    """Once the server has stopped: end the process at once (status 0) when a thread of the app still runs a job
+def exit_past_unfinished_work(app: object, wait_s: float = WORKER_EXIT_WAIT_S, status: int = 0) -> None:
+    """Once the server has stopped: end the process at once (with ``status``) when a thread of the app still runs a job
     ``wait_s`` later, a load or reload of the index nobody waits for any more. Python would otherwise wait for that
     thread before exiting: a server stopped while it read a large index exited only once it had read it all (a
     minute or more, far past the stop's grace time, until the orchestrator killed it). Writes are durable by then:
@@ -256,7 +256,7 @@ def exit_past_unfinished_work(app: object, wait_s: float = WORKER_EXIT_WAIT_S) -
         # what an exit runs besides waiting for threads (os._exit runs nothing itself): the logs flushed, and the
         # spans of the last requests exported (the tracer provider's own exit handler), else lost with the process
         atexit._run_exitfuncs()
-        os._exit(0)
+        os._exit(status)
 
 
 UVICORN_DEFAULTS = {"host": "127.0.0.1", "port": 8000}  # what uvicorn listens on without --host / --port

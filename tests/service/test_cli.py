@@ -201,6 +201,30 @@ def test_serve_logs_every_line_in_its_format_and_names_the_model_it_serves(tiny_
     logging.getLogger().handlers.clear()  # (the command configured the root logger)
 
 
+def test_serve_stops_and_exits_1_once_no_search_can_be_answered(tiny_index, tiny_model_dir, monkeypatch):
+    """The batcher's queue owner ending on a fault (ServiceState.batcher_stopped) stops the server gracefully and
+    ``spanseek serve`` exits with status 1, so that a restart policy starts it again; before, it served on, every
+    search a 503, and /ready said 200."""
+    import uvicorn
+
+    from spanseek.cli import main
+    from spanseek.service import cli
+
+    stopped = []
+
+    def run(self, sockets=None):  # the server runs until the batcher stops, then uvicorn's loop would see should_exit
+        self.config.app.state.service.batcher_stopped("RuntimeError: a fault")
+        stopped.append(self.should_exit)
+
+    monkeypatch.setattr(cli, "check_servable", lambda settings: tiny_model_dir)
+    monkeypatch.setattr(uvicorn.Server, "run", run)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert main(["serve", "--index", str(tiny_index), "--model", "default", "--port", str(port)]) == 1
+    assert stopped == [True]
+
+
 def test_a_file_given_as_the_index_is_named_not_quoted(tmp_path):
     """A corpus given as --index was read as an alias's pointer file: its first line, taken for a path too long,
     came back in the error (any file's first line: the message must not show a file's contents)."""

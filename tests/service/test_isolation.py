@@ -18,6 +18,7 @@ from spanseek.service.batcher import (
     run_batch_isolated,
     select_requests,
 )
+from spanseek.service.errors import NotReady
 
 POISON = "\ud800"  # a lone surrogate: JSON allows "\ud800", the tokenizer refuses it
 
@@ -208,3 +209,44 @@ async def test_a_fault_in_the_batchers_own_bookkeeping_fails_its_batch_and_the_b
         await batcher.stop()
         for executor in executors:
             executor.shutdown(wait=True)
+
+
+@pytest.mark.parametrize("fault", ["raises", "cancelled"])
+async def test_a_dead_batcher_makes_the_service_unready_and_asks_the_server_to_stop(settings_for, tiny_searcher,
+                                                                                     async_serve, fault):
+    """The batcher's queue owner ending outside any batch (a fault in its own queueing, or a cancellation from
+    elsewhere) leaves no search answerable: the waiting request and every later one get 503 naming why, /ready and
+    /health say 503 with the reason (a restart fixes it), a reload is refused, and the server is asked to stop so
+    that the orchestrator starts it again. Before, /ready stayed 200 while every search got 503 (a cancelled one
+    waited forever), and the app's stop raised the batcher's exception."""
+    app = create_app(settings_for(), lambda s: tiny_searcher)
+    state = app.state.service
+    stops: list[bool] = []
+    state.stop_server = lambda: stops.append(True)
+    async with async_serve(app) as ac:
+        batcher = state.batcher
+        assert batcher is not None and batcher._task is not None
+        if fault == "raises":
+            def take() -> list:
+                raise RuntimeError("a fault in the queue's bookkeeping")
+
+            batcher._take = take
+            waiting = await asyncio.wait_for(ac.post("/search", json={"query": "who built the castle?"}), 10)
+            why = "RuntimeError: a fault in the queue's bookkeeping"
+        else:
+            held = asyncio.ensure_future(ac.post("/search", json={"query": "who built the castle?"}))
+            await asyncio.sleep(0)
+            batcher._task.cancel()
+            waiting = await asyncio.wait_for(held, 10)
+            why = "cancelled"
+        assert waiting.status_code == 503 and f"the search batcher stopped ({why})" in waiting.json()["message"]
+        for path in ("/ready", "/health"):
+            r = await ac.get(path)
+            assert r.status_code == 503, (path, r.text)
+            assert f"the search batcher stopped ({why})" in r.json()["message"]
+        later = await asyncio.wait_for(ac.post("/search", json={"query": "who built the bridge?"}), 10)
+        assert later.status_code == 503 and "search batcher stopped" in later.json()["message"]
+        with pytest.raises(NotReady, match="no reload"):
+            await state.reloader.on_request()
+        assert stops == [True]
+        assert state.metrics.ready._value.get() == 0
