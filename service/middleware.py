@@ -9,6 +9,7 @@ then skips, and so that streaming bodies are counted as they arrive.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import re
 import time
 import uuid
@@ -20,7 +21,14 @@ from fastapi import HTTPException
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from spanseek.service.errors import Overloaded, UnsupportedMediaType, error_response, error_type_of, shortened
+from spanseek.service.errors import (
+    Overloaded,
+    UnsupportedMediaType,
+    error_response,
+    error_type_of,
+    quoted,
+    shortened,
+)
 from spanseek.service.fairness import FairShareBy, client_key
 from spanseek.service.logs import AccessLogLimiter, log_access, request_id_var
 from spanseek.service.metrics import UNITS, ServiceMetrics
@@ -113,7 +121,7 @@ class RequestContextMiddleware:
         except ValueError:
             declared = 0
         limit = self.max_file_bytes if scope.get("path", "").startswith(FILES_PATH) else self.max_body_bytes
-        if (refusal := encoded_body(headers, declared)) is not None:
+        if (refusal := undecodable_body(headers, declared)) is not None:
             await self._send_error(refusal, request_id, scope, receive, send_wrapper)
         elif declared > limit:
             await self._send_error(HTTPException(413, f"request body exceeds {limit} bytes"),
@@ -157,15 +165,45 @@ class RequestContextMiddleware:
         await error_response(exc, request_id)(scope, receive, send)
 
 
-def encoded_body(headers: Headers, declared: int) -> UnsupportedMediaType | None:
-    """The 415 of a body sent with a ``Content-Encoding`` (gzip, br): read as it came, a compressed search was "not
-    UTF-8 text" and a compressed file "binary" or damaged, the cause unsaid. None for a request without a body, or
-    one sent as it is (``identity``)."""
-    coding = ", ".join(headers.getlist("content-encoding")).strip().lower()  # (two headers: one list of codings)
-    if coding in ("", "identity") or not (declared or "transfer-encoding" in headers):
+# what a JSON body may declare as its charset (codec names, as ``codecs.lookup`` spells them): UTF-8 and its subset
+UTF8_CHARSETS = frozenset({"utf-8", "utf-8-sig", "ascii"})
+
+
+def declared_charset(content_type: str) -> str | None:
+    """The ``charset`` parameter of a Content-Type value (unquoted, as given), or None when it has none."""
+    for parameter in content_type.split(";")[1:]:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset":
+            return value.strip().strip('"').strip()
+    return None
+
+
+def undecodable_body(headers: Headers, declared: int) -> UnsupportedMediaType | None:
+    """The 415 of a body this server would not read as it was sent. One with a ``Content-Encoding`` (gzip, br): read
+    as it came, a compressed search was "not UTF-8 text" and a compressed file "binary" or damaged, the cause unsaid.
+    JSON declared in a charset other than UTF-8 (or its subset ASCII): JSON is UTF-8 (RFC 8259) and is read as UTF-8
+    whatever the header says, so a Latin-1 "é" was a 422 "not UTF-8 text", the charset unsaid, and the same client's
+    ASCII queries were searched. None for a request without a body, or one sent as it is (``identity``)."""
+    if not (declared or "transfer-encoding" in headers):
         return None
-    return UnsupportedMediaType(f"the body is sent with Content-Encoding: {shortened(coding)}, which this server does "
-                                "not decode; send it uncompressed (no Content-Encoding)", {"Accept-Encoding": "identity"})
+    coding = ", ".join(headers.getlist("content-encoding")).strip().lower()  # (two headers: one list of codings)
+    if coding not in ("", "identity"):
+        return UnsupportedMediaType(f"the body is sent with Content-Encoding: {shortened(coding)}, which this server "
+                                    "does not decode; send it uncompressed (no Content-Encoding)",
+                                    {"Accept-Encoding": "identity"})
+    content_type = headers.get("content-type", "")
+    media = content_type.split(";")[0].strip().lower()
+    charset = declared_charset(content_type) if media == "application/json" or media.endswith("+json") else None
+    if charset is None:
+        return None
+    try:
+        codec: str | None = codecs.lookup(charset).name
+    except (LookupError, ValueError):  # no such codec; a name holding a NUL
+        codec = None
+    if codec in UTF8_CHARSETS:
+        return None
+    return UnsupportedMediaType(f"the body is declared charset={quoted(charset)}; JSON is read as UTF-8 only: send it "
+                                "in UTF-8, with Content-Type: application/json (no charset, or charset=utf-8)")
 
 
 class SlowRefusalMiddleware:

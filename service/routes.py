@@ -140,7 +140,8 @@ async def require_api_key(request: Request) -> None:
 async def require_json_body(request: Request) -> None:
     """A request that sends a body must declare it JSON (``application/json`` or ``application/*+json``), else 415
     with what to send; one without a body (a bare ``POST /admin/reload``) passes. The body must be UTF-8 (422 else):
-    the JSON parser also reads UTF-16 and UTF-32, which a proxy or filter in front of the service may not."""
+    the JSON parser also reads UTF-16 and UTF-32, which a proxy or filter in front of the service may not (a charset
+    other than UTF-8 declared is a 415 already: service.middleware.undecodable_body)."""
     headers = request.headers
     has_body = headers.get("content-length", "0") not in ("", "0") or "transfer-encoding" in headers
     media = headers.get("content-type", "").split(";")[0].strip().lower()

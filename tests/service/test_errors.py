@@ -394,6 +394,25 @@ def test_a_body_not_declared_json_is_415_saying_what_to_send(client, content_typ
         assert client.post("/search", content=b'{"query": "a"}', headers={"content-type": ok}).status_code == 200, ok
 
 
+@pytest.mark.parametrize(("charset", "body"), [
+    ("latin-1", '{"query": "café"}'.encode("latin-1")),
+    ("ISO-8859-1", b'{"query": "castle"}'),  # ASCII bytes: refused all the same, not at the first accented query
+    ('"utf-16"', '{"query": "café"}'.encode("utf-16")),
+    ("no-such-charset", b'{"query": "castle"}'),
+    ("utf-8\x00", b'{"query": "castle"}'),
+])
+def test_a_body_declared_in_another_charset_than_utf8_is_a_415_naming_it(client, charset, body):
+    """JSON is read as UTF-8 only: a declared charset=latin-1 body was read as UTF-8 whatever it said (its "é" a 422
+    "not UTF-8 text", the charset unsaid; in ASCII it was searched), a UTF-16 one a 422 likewise."""
+    r = client.post("/search", content=body, headers={"content-type": f"application/json; charset={charset}"})
+    message = assert_error(r, 415, "unsupported_media_type")["message"]
+    assert f"declared charset={charset.strip(chr(34))!r}" in message and "send it in UTF-8" in message, message
+    for ok in ("utf-8", "UTF8", '"utf-8"', "us-ascii", "utf-8-sig"):  # UTF-8 and its subset, however spelt
+        r = client.post("/search", content='{"query": "café"}'.encode() if "ascii" not in ok else b'{"query": "a"}',
+                        headers={"content-type": f"application/json ; Charset = {ok}"})
+        assert r.status_code == 200, (ok, r.text)
+
+
 @pytest.mark.parametrize("coding", ["gzip", "br", "GZIP, identity"])
 def test_a_compressed_body_is_a_415_naming_its_content_encoding(client, coding):
     """The server does not decode a Content-Encoding: a gzipped search was a 422 "not UTF-8 text", the compression
