@@ -18,10 +18,9 @@ import dataclasses
 import logging
 import os
 import signal
-import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -46,6 +45,7 @@ from spanseek.service.heap import settle
 from spanseek.service.live import LiveWrites, live_dir_of, stand_by, writer_elsewhere, writes_not_served
 from spanseek.service.metrics import ServiceMetrics
 from spanseek.service.middleware import EarlyShedMiddleware, RequestContextMiddleware, SlowRefusalMiddleware
+from spanseek.service.pools import JobPool
 from spanseek.service.reload import (
     IndexReloader,
     Reopener,
@@ -110,7 +110,7 @@ class ServiceState:
         self.search_info: dict[str, Any] = {}  # modes and fusion defaults, for /info
         self.overlap = "off"  # what the pipeline setting resolved to once the encoder's device is known
         self.cost = CostModel({"passage": 1, "doc": 1}, settings.default_top_k)  # of the served index (_describe)
-        self.workers: list[threading.Thread] = []  # the threads of its pools (``pool``), once started
+        self.pools: list[JobPool] = []  # its pools of one thread (``pool``)
         # One worker: the question encoder runs in this thread only (also the warm-up and the loading), and so does
         # faiss unless the pipeline gives the search step its own thread.
         self.executor = self.pool("spanseek-encode")
@@ -124,19 +124,21 @@ class ServiceState:
         # asks the server to stop (``spanseek serve`` sets it: service.cli), should no search be answerable any more
         self.stop_server: Callable[[], None] | None = None
 
-    def pool(self, name: str) -> ThreadPoolExecutor:
-        """A pool of one thread named ``name``, counted in ``workers`` once it starts."""
-        return ThreadPoolExecutor(max_workers=1, thread_name_prefix=name,
-                                  initializer=lambda: self.workers.append(threading.current_thread()))
+    def pool(self, name: str) -> JobPool:
+        """A pool of one thread named ``name``, which knows the job it runs (service.pools); in ``pools``."""
+        self.pools.append(JobPool(name))
+        return self.pools[-1]
 
     def unfinished(self, wait_s: float) -> list[str]:
-        """After ``close``: the names of its threads still running a job ``wait_s`` seconds from now (each idle one
-        ends at once). A load or reload of the index under way when the server stopped runs on until its index is read
-        (minutes for a large one), and nothing waits for it any more."""
+        """After ``close``: its threads still running a job ``wait_s`` seconds from now (each idle one ends at once),
+        each named with that job and how long it has run (``spanseek-encode_0 (loading the index and model, 41 s)``).
+        A load or reload of the index under way when the server stopped runs on until its index is read (minutes
+        for a large one), and nothing waits for it any more; so does a search batch of a long request."""
         deadline = time.monotonic() + wait_s
-        for thread in self.workers:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        return [thread.name for thread in self.workers if thread.is_alive()]
+        for pool in self.pools:
+            if pool.thread is not None:
+                pool.thread.join(max(0.0, deadline - time.monotonic()))
+        return [pool.doing() for pool in self.pools if pool.thread is not None and pool.thread.is_alive()]
 
     async def load(self, factory: SearcherFactory) -> None:
         """Load the searcher, warm it up, start the batcher, then report ready (or failed, with the reason).

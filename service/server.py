@@ -245,14 +245,15 @@ def server_config(app: FastAPI, settings: Settings, log_level: str = "info") -> 
 
 def exit_past_unfinished_work(app: object, wait_s: float = WORKER_EXIT_WAIT_S, status: int = 0) -> None:
     """Once the server has stopped: end the process at once (with ``status``) when a thread of the app still runs a job
-    ``wait_s`` later, a load or reload of the index nobody waits for any more. Python would otherwise wait for that
-    thread before exiting: a server stopped while it read a large index exited only once it had read it all (a
+    ``wait_s`` later (a load or reload of the index, a long search batch) that nobody waits for any more; the warning
+    names each such thread with its job and how long it has run, where it said "still loading" whatever the thread
+    ran. Python would otherwise wait for that thread before exiting: a server stopped while it read a large index exited only once it had read it all (a
     minute or more, far past the stop's grace time, until the orchestrator killed it). Writes are durable by then:
     the app's shutdown closed the live store. Returns when every thread has ended."""
     service = getattr(getattr(app, "state", None), "service", None)
     busy = service.unfinished(wait_s) if service is not None else []
     if busy:
-        log.warning("stopped; not waiting for %s, still loading: exiting", ", ".join(busy))
+        log.warning("stopped; not waiting for the jobs still running: %s; exiting", ", ".join(busy))
         # what an exit runs besides waiting for threads (os._exit runs nothing itself): the logs flushed, and the
         # spans of the last requests exported (the tracer provider's own exit handler), else lost with the process
         atexit._run_exitfuncs()

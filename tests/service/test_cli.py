@@ -405,10 +405,51 @@ async def test_a_stopped_server_names_its_threads_still_loading_and_waits_for_no
             assert time.monotonic() < deadline
             await asyncio.sleep(0.01)
     t0 = time.process_time()
-    assert state.unfinished(0.1) == ["spanseek-encode_0"]
+    [busy] = state.unfinished(0.1)
+    assert busy.startswith("spanseek-encode_0 (_loading_forever.<locals>.factory, "), busy  # (the tests' factory)
     gate.set()
     assert state.unfinished(10) == []
     assert time.process_time() - t0 < 1
+
+
+async def test_a_stopped_server_names_the_job_each_busy_thread_runs(settings_for, counting_factory, hold_worker,
+                                                                    until, caplog, monkeypatch):
+    """The warning of a server exiting past its threads names what each one runs: a search batch held in the encoder
+    was "still loading" (as was anything else), which sent operators looking for a slow index."""
+    import functools
+    import logging
+
+    import httpx
+
+    from spanseek.service import server
+    from spanseek.service.app import create_app
+    from spanseek.service.logs import in_this_context, with_request_ids
+    from spanseek.service.pools import job_name
+    from spanseek.service.reload import default_reopener
+
+    factory, encoder = counting_factory(block=True)
+    app = create_app(settings_for(pipeline="off"), factory)
+    state = app.state.service
+    exits: list[int] = []
+    monkeypatch.setattr(server.os, "_exit", exits.append)
+    monkeypatch.setattr(server.atexit, "_run_exitfuncs", lambda: None)
+    try:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as client:
+                await until(lambda: state.status == "ready")
+                (await hold_worker(client, encoder)).cancel()
+        with caplog.at_level(logging.WARNING, logger="spanseek.service"):
+            server.exit_past_unfinished_work(app, wait_s=0.1, status=3)
+    finally:
+        encoder.gate.set()
+    assert exits == [3]
+    [line] = [r.getMessage() for r in caplog.records if "not waiting" in r.getMessage()]
+    assert "the jobs still running: spanseek-encode_0 (a search batch, 0 s)" in line and "loading" not in line, line
+    # what runs inside a partial, a batcher's step or a copied context is named, and an unknown job by its name
+    assert job_name(functools.partial(with_request_ids, ["id"]), (job_name, 1)) == "job_name"
+    assert job_name(in_this_context(server.bind_sockets), ("::", 0)) == "bind_sockets"
+    assert job_name(default_reopener, ()) == "loading an index to reload"
 
 
 def test_exit_past_unfinished_work_ends_the_process_only_while_a_thread_still_runs(monkeypatch):
@@ -453,7 +494,7 @@ def test_exiting_past_unfinished_work_still_exports_the_last_spans(tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "answered-as-it-stopped" in done.stdout and "not reached" not in done.stdout, done.stdout
-    assert "not waiting for spanseek-reload_0, still loading: exiting" in done.stderr
+    assert "not waiting for the jobs still running: spanseek-reload_0; exiting" in done.stderr
 
 
 @pytest.mark.slow
