@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -335,6 +339,76 @@ def test_dashboard_reads_the_datasource_it_is_given():
 
     walk(dashboard["panels"])
     assert used and all(d == {"type": "prometheus", "uid": "${" + variable["name"] + "}"} for d in used)
+
+
+def healthcheck_command(dockerfile: str) -> list[str]:
+    """The HEALTHCHECK's command of ``docker/DOCKERFILE`` (its exec form)."""
+    text = (ROOT / "docker" / dockerfile).read_text()
+    found = re.search(r"^HEALTHCHECK .*?\\\n\s*CMD (\[.*\])$", text, re.M)
+    assert found, "no HEALTHCHECK ... CMD [...] in exec form"
+    return json.loads(found.group(1))
+
+
+@contextlib.contextmanager
+def answering(host: str, status: int) -> Iterator[int]:
+    """An HTTP server bound as ``spanseek serve`` binds ``host`` (service.server.bind_sockets, a free port) that
+    answers every GET with ``status``; yields its port."""
+    import http.server
+    import threading
+
+    from spanseek.service.server import bind_sockets
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(status)
+            self.end_headers()
+            self.wfile.write(b'{"status": "ready"}')
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    [sock] = bind_sockets(host, 0)
+    server = http.server.HTTPServer(sock.getsockname()[:2], Answer, bind_and_activate=False)
+    server.socket.close()
+    server.socket = sock
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("name", ["Dockerfile.cpu", "Dockerfile.cuda"])
+@pytest.mark.parametrize("host", ["::", "::1", "0.0.0.0", "127.0.0.1"])
+def test_the_healthcheck_asks_where_the_service_listens(name, host):
+    """The images' healthcheck follows SPANSEEK_HOST: a service listening on IPv6 alone (``::``, ``::1``) was asked
+    on 127.0.0.1, refused, and never healthy. It says unhealthy (1) for a 503 and for nothing listening."""
+    if ":" in host and not has_ipv6_loopback():
+        pytest.skip("no IPv6 loopback here")
+    command = healthcheck_command(name)
+    assert command[0] == "python" and "/ready" in " ".join(command)
+    run = [sys.executable, *command[1:]]
+    env = {**os.environ, "SPANSEEK_HOST": host, "PYTHONPATH": os.pathsep.join(sys.path)}
+    for status, healthy in ((200, 0), (503, 1)):
+        with answering(host, status) as port:
+            done = subprocess.run(run, env={**env, "SPANSEEK_PORT": str(port)}, capture_output=True, text=True,
+                                  timeout=30)
+        assert done.returncode == healthy, (status, done.stdout, done.stderr)
+    from spanseek.service.probe import probe
+
+    healthy, said = probe({"SPANSEEK_HOST": host, "SPANSEEK_PORT": str(port)})  # nothing listens there any more
+    assert not healthy and "refused" in said, said
 
 
 @pytest.mark.parametrize("name", ["Dockerfile.cpu", "Dockerfile.cuda"])
