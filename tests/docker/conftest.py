@@ -293,22 +293,32 @@ def demo_index_key() -> str:
     return digest.hexdigest()[:16]
 
 
-@pytest.fixture(scope="session")
-def demo_index(cpu_image: str) -> Path:
-    """The demo index, built by the CPU image and cached across runs and clones until its inputs change."""
-    index = CACHE / f"demo-index-{demo_index_key()}"
+def cached_demo_index(cache: Path, image: str) -> Path:
+    """The demo index of these sources in ``cache``, built there by ``image`` unless a run before built it; a build
+    cut short is resumed. The demo indexes of other sources (another clone or branch, an earlier commit) are left
+    where they are, and named with their sizes so that their owner can remove those no longer needed: they were
+    deleted, another clone's cache (or its index while its own run used it) with them."""
+    index = cache / f"demo-index-{demo_index_key()}"
+    if others := sorted(p for p in cache.glob("demo-index-*") if p != index and p.is_dir()):
+        sizes = ", ".join(f"{p.name} ({sum(f.stat().st_size for f in p.rglob('*') if f.is_file()) / 1e6:.0f} MB)"
+                          for p in others)
+        say(f"demo indexes of other sources kept in {cache} (remove those no longer needed): {sizes}")
     if (index / "manifest.json").exists():
         say(f"reusing the demo index in {index}")
         return index
-    for old in CACHE.glob("demo-index-*"):
-        shutil.rmtree(old)
-    say(f"building the demo index in {index} with {cpu_image} (minutes) ...")
-    CACHE.mkdir(parents=True, exist_ok=True)
+    say(f"building the demo index in {index} with {image} (minutes) ...")
+    cache.mkdir(parents=True, exist_ok=True)
     # as this host's user, so that the files belong to it; resumable, and the manifest is written last
     run(["docker", "run", "--rm", "--network", "none", "--user", f"{os.getuid()}:{os.getgid()}",
-         "-v", f"{ROOT / 'data' / 'demo'}:/corpus:ro", "-v", f"{CACHE}:/out",
-         "--entrypoint", "spanseek", cpu_image, "index", "build", "--quiet",
+         "-v", f"{ROOT / 'data' / 'demo'}:/corpus:ro", "-v", f"{cache}:/out",
+         "--entrypoint", "spanseek", image, "index", "build", "--quiet",
          "--corpus", "/corpus/corpus.jsonl.gz", "--out", f"/out/{index.name}"],
-        timeout=3600, log=LOGS / "demo-index.log")
+        timeout=3600, log=cache / "logs" / "demo-index.log")
     assert (index / "manifest.json").exists()
     return index
+
+
+@pytest.fixture(scope="session")
+def demo_index(cpu_image: str) -> Path:
+    """The demo index, built by the CPU image and cached across runs and clones until its inputs change."""
+    return cached_demo_index(CACHE, cpu_image)
