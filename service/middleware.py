@@ -22,6 +22,7 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from spanseek.service.errors import (
+    BadRequest,
     Overloaded,
     UnsupportedMediaType,
     error_response,
@@ -121,7 +122,7 @@ class RequestContextMiddleware:
         except ValueError:
             declared = 0
         limit = self.max_file_bytes if scope.get("path", "").startswith(FILES_PATH) else self.max_body_bytes
-        if (refusal := undecodable_body(headers, declared)) is not None:
+        if (refusal := framed_twice(headers) or undecodable_body(headers, declared)) is not None:
             await self._send_error(refusal, request_id, scope, receive, send_wrapper)
         elif declared > limit:
             await self._send_error(HTTPException(413, f"request body exceeds {limit} bytes"),
@@ -163,6 +164,18 @@ class RequestContextMiddleware:
         if self.on_error is not None:
             self.on_error(error_type_of(exc), scope)
         await error_response(exc, request_id)(scope, receive, send)
+
+
+def framed_twice(headers: Headers) -> BadRequest | None:
+    """The 400 of a request that gives its body's length two ways, Content-Length and Transfer-Encoding, answered
+    with ``Connection: close``. HTTP/1.1 (RFC 9112, 6.3) lets a server refuse such a request, and has it close the
+    connection after the answer either way: a proxy in front that reads the Content-Length where this server reads
+    the chunks would take the rest of the body for the next request (request smuggling). uvicorn read the chunks
+    and kept the connection open for more."""
+    if "content-length" not in headers or "transfer-encoding" not in headers:
+        return None
+    return BadRequest("the request gives its body's length twice, with Content-Length and Transfer-Encoding; send "
+                      "one of them", {"Connection": "close"})
 
 
 # what a JSON body may declare as its charset (codec names, as ``codecs.lookup`` spells them): UTF-8 and its subset

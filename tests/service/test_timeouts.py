@@ -362,3 +362,25 @@ def test_a_reload_that_swapped_its_index_in_before_the_server_stops_is_answered_
     assert r.json()["index"]["released_previous"] is False
     assert at - stopped < 5  # not the stop's 10 s grace time
     assert answers["search"][0].status_code == 200
+
+
+def test_a_body_framed_by_both_content_length_and_chunks_is_a_400_and_the_connection_is_closed(settings_for):
+    """A request giving Content-Length and Transfer-Encoding: chunked is refused and its connection closed (RFC
+    9112, 6.3), so a proxy in front that reads the length where this server reads the chunks cannot slip a second
+    request past it. Before, uvicorn read the chunks, answered 200 and kept the connection open for more."""
+    settings = settings_for(port=_free_port())
+    body = b'{"query": "castle"}'
+    with spanseek_server(settings) as addr, socket.create_connection(addr) as sock:
+        sock.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 4\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+                     + b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")  # a second request: never answered
+        data, took = _read_until_closed(sock, 10)
+        head, _, rest = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400") and b"connection: close" in head.lower(), data
+        assert b"Content-Length and Transfer-Encoding" in rest and data.count(b"HTTP/1.1 ") == 1, data
+        assert took < 5
+        with socket.create_connection(addr) as sock:  # either alone is served
+            sock.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n%x\r\n%s\r\n0\r\n\r\n"
+                         % (len(body), body))
+            assert _read_until_closed(sock, 10)[0].startswith(b"HTTP/1.1 200")
