@@ -44,7 +44,7 @@ import numpy as np
 import regex
 
 from spanseek.core.io import atomic_dir
-from spanseek.core.postings import Matches, Postings
+from spanseek.core.postings import Matches, Postings, TermList
 
 LEXICAL_DIR = "lexical"
 STOPWORDS = "en"
@@ -249,8 +249,8 @@ class LexicalIndex:
         indptr, indices, data = r.scores["indptr"], r.scores["indices"], r.scores["data"]
         ids = [np.asarray(r.get_tokens_ids(tokens), np.int64)
                for tokens in (self.tokenize(questions) if terms is None else terms)]
-        lists = [[(indices[indptr[t] : indptr[t + 1]], data[indptr[t] : indptr[t + 1]]) for t in t_ids.tolist()]
-                 for t_ids in ids]
+        lists = [[TermList(indices[indptr[t] : indptr[t + 1]], data[indptr[t] : indptr[t + 1]])
+                  for t in t_ids.tolist()] for t_ids in ids]
         return Postings.of_lists(lists, [self.term_bounds[t_ids] for t_ids in ids], self.n_passages)
 
     def matches(self, questions: Sequence[str], terms: Sequence[list[str]] | None = None) -> Matches:

@@ -10,6 +10,8 @@ its dead passages', plus the segment's, kept apart and joined for a query's term
 own document's terms (numbered once, ``BaseTerms.numbered``), its postings (the segment's are built over runs of
 written documents, each run once, ``core.segment_log``) and O(tombstones) postings, nothing over every passage or
 term of the base nor every posting of the segment.
+A query term's base postings are read where they lie and scored where a search reads them (``term_list``), so the
+live leg prunes as a base's does (``core.postings``): a common term's long list is looked up, not scored whole.
 A written term the base lacks is numbered by each run of postings holding it (``SegmentPostings.new_terms``), so it
 is held no longer than a snapshot reads such a run, not until the next merge.
 """
@@ -17,7 +19,7 @@ is held no longer than a snapshot reads such a run, not until the next merge.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -81,22 +83,43 @@ class LiveLexical:
             df += _count_of(postings.terms, np.diff(postings.starts), np.where(in_base, base, own))
         return np.where(df > 0, np.log(1 + (self.n_live - df + 0.5) / (df + 0.5)), 0.0).astype(np.float32)
 
-    def term_scores(self, term: str, idf: np.float32) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """The passages holding ``term`` and their BM25 score for it (0 for passages not live): the base's, then the
-        segment's (each read where it lies, not copied together: a common term has a long list in the base)."""
+    def term_list(self, term: str, idf: np.float32) -> tuple[TermList, np.float32]:
+        """The passages holding ``term``, the base's then the segment's, with their BM25 scores for it (0 for a dead
+        passage), and a score none of them passes. The base's postings are read where they lie and scored when a
+        search reads them (``TermList``): pruning looks passages up in a common term's long list rather than scoring
+        it whole; its bound is its best posting's (``BaseTerms.frontier``, the dead counted). The segment's, few, are
+        scored at once."""
         column = self.vocab.get(term)
+        rows, base_tf = np.zeros(0, np.int32), np.zeros(0, np.float32)
+        bound = np.float32(0)
         if column is not None:
             tf_of = self.base_terms.by_term
             a, b = tf_of.indptr[column], tf_of.indptr[column + 1]
-            rows = tf_of.indices[a:b]
-            s = self._scored(idf, tf_of.data[a:b], self.base_terms.doc_len[rows])
-            yield rows, np.where(self.dead[rows], np.float32(0), s)
+            rows, base_tf = tf_of.indices[a:b], tf_of.data[a:b]
+            tf, length = self.base_terms.frontier(column)
+            # (one ulp up: a posting that the frontier's dominates scores no more, rounding included)
+            bound = np.nextafter(self._scored(idf, tf, length).max(), np.float32(np.inf))
+        rest, scored = [], []
         for postings, first in zip(self.segment, self.seg_first[:-1].tolist(), strict=True):
             own = postings.column(term, column)
             held = None if own is None else postings.of_term(own)
             if held is not None:
-                rows, tf = held
-                yield rows + first, self._scored(idf, tf, postings.lengths[rows])
+                rest.append(held[0] + first)
+                scored.append(self._scored(idf, held[1], postings.lengths[held[0]]))
+        segment = np.concatenate([np.zeros(0, np.float32), *scored])
+        n_base, doc_len, dead = len(rows), self.base_terms.doc_len, self.dead
+
+        def score(positions: np.ndarray) -> np.ndarray:
+            out = np.empty(len(positions), np.float32)
+            mine = positions < n_base
+            at = positions[mine]
+            held = rows[at]
+            out[mine] = np.where(dead[held], np.float32(0), self._scored(idf, base_tf[at], doc_len[held]))
+            out[~mine] = segment[positions[~mine] - n_base]
+            return out
+
+        passages = np.concatenate([rows.astype(np.int64), *rest])
+        return TermList(passages, score=score), max(bound, segment.max(initial=0))
 
     def _scored(self, idf: np.float32, tf: np.ndarray, length: np.ndarray) -> np.ndarray:
         tfc = tf / (self.k1 * ((1 - self.b) + self.b * length / self.avg_len) + tf)  # float64, as bm25s
@@ -111,12 +134,9 @@ class LiveLexical:
         bounds = []
         for words in self.tokenize(questions) if terms is None else terms:
             held = [t for t in words if t in self.vocab or any(t in s.new_terms for s in self.segment)]
-            lists.append([])
-            for term, idf in zip(held, self.idf(held), strict=True):
-                parts = list(self.term_scores(term, idf))
-                lists[-1].append((np.concatenate([np.zeros(0, np.int64), *(rows for rows, _ in parts)]),
-                                  np.concatenate([np.zeros(0, np.float32), *(s for _, s in parts)])))
-            bounds.append(np.asarray([s.max(initial=0) for _, s in lists[-1]], np.float32))
+            made = [self.term_list(term, idf) for term, idf in zip(held, self.idf(held), strict=True)]
+            lists.append([term for term, _ in made])
+            bounds.append(np.asarray([bound for _, bound in made], np.float32))
         return Postings.of_lists(lists, bounds, self.n_passages)
 
     def matches(self, questions: Sequence[str], terms: Sequence[list[str]] | None = None) -> Matches:
@@ -232,6 +252,28 @@ class BaseTerms:
                                np.int64, count=len(ts)) for ts in terms]
         return WrittenTerms(columns, tuple(new))
 
+    def frontier(self, column: int) -> tuple[np.ndarray, np.ndarray]:
+        """The term frequencies and passage lengths of term ``column``'s postings that no other of its postings
+        dominates (as high a count in as short a passage, one of them more): its BM25 score is highest at one of them,
+        whatever the mean length and idf (``pareto``)."""
+        a, b = self.pareto[0][column], self.pareto[0][column + 1]
+        return self.pareto[1][a:b], self.pareto[2][a:b]
+
+    @functools.cached_property
+    def pareto(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every term's ``frontier``: (V + 1,) where each term's starts, and their counts and lengths."""
+        by = self.by_term
+        term = np.repeat(np.arange(by.shape[1], dtype=np.int64), np.diff(by.indptr))
+        tf, length = by.data, self.doc_len[by.indices]
+        order = np.lexsort((-tf, length, term))  # a term's postings, shortest passage first, higher count first
+        # a posting is on the frontier where its count beats every one before it of its term (each term's keys above
+        # the one before's: its running maximum restarts there)
+        key = term[order] * (int(tf.max(initial=0)) + 1) + tf[order].astype(np.int64)
+        on = np.r_[len(key) > 0, key[1:] > np.maximum.accumulate(key)[:-1]] if len(key) else np.zeros(0, bool)
+        kept = order[on]
+        return (np.searchsorted(term[kept], np.arange(by.shape[1] + 1)).astype(np.int64), tf[kept],
+                length[kept])
+
     @functools.cached_property
     def by_term(self) -> Any:
         """tf as (P, V) CSC: each term's passages."""
@@ -258,7 +300,7 @@ class BaseTerms:
         tf = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(terms), len(vocab)))
         tf.sum_duplicates()
         out = cls(tf, vocab, np.asarray([len(t) for t in terms], np.int64))
-        out.by_term, out.df, out.total_len  # noqa: B018  (made here, with the base, not by its first write)
+        out.by_term, out.df, out.total_len, out.pareto  # noqa: B018  (made here, with the base, not by its first write)
         return out
 
 

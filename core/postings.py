@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,7 +34,50 @@ UNIT_MATCHES_PART = 1 << 15
 FLOOR_DEPTH = 32
 
 Found = tuple[np.ndarray, np.ndarray, np.ndarray]  # a question's units, their scores and their best passages
-TermList = tuple[np.ndarray, np.ndarray]  # one term's postings: its passages (ascending) and their float32 scores
+
+
+class TermList:
+    """One term's postings for a question: its passages (ascending, int64) and their float32 scores for it. The
+    scores are given (a base index's, stored) or made when read (``score``: the scores at given positions of the list;
+    a live index's, ``core.live_lexical``): all of them (``scores``, once), or only at the positions or passages a
+    search looks up (``scores_at``, ``lookup``), so that a common term that pruning only looks passages up in is not
+    scored whole. Either way a posting's score has the same bits."""
+
+    __slots__ = ("passages", "_scores", "_score")
+
+    def __init__(self, passages: np.ndarray, scores: np.ndarray | None = None,
+                 score: Callable[[np.ndarray], np.ndarray] | None = None):
+        if (scores is None) == (score is None):
+            raise ValueError("a term's postings need their scores or a way to score them, one of the two")
+        self.passages = passages
+        self._scores = scores
+        self._score = score
+
+    def __len__(self) -> int:
+        return len(self.passages)
+
+    @property
+    def scores(self) -> np.ndarray:
+        """(n,) float32: every posting's score (made once, where they are made when read)."""
+        if self._scores is None:
+            self._scores = self._score(np.arange(len(self.passages)))  # type: ignore[misc]
+        return self._scores
+
+    def scores_at(self, positions: np.ndarray) -> np.ndarray:
+        """float32 scores of the postings at ``positions`` of the list."""
+        return self._scores[positions] if self._scores is not None else self._score(positions)  # type: ignore[misc]
+
+    def lookup(self, wanted: np.ndarray) -> np.ndarray:
+        """float32 score of each of ``wanted`` passages (0 for one the term does not hold)."""
+        if self._scores is not None:
+            return scores_of(self.passages, self._scores, wanted)
+        wanted = np.asarray(wanted, np.int64)
+        out = np.zeros(len(wanted), np.float32)
+        if len(self.passages):
+            at = np.minimum(np.searchsorted(self.passages, wanted), len(self.passages) - 1)
+            hit = self.passages[at] == wanted
+            out[hit] = self.scores_at(at[hit])
+        return out
 
 
 @dataclass(frozen=True)
@@ -91,7 +134,7 @@ class Matches:
         return Matches.of_rows([self.row(b) for b in questions], self.n_passages)
 
     @classmethod
-    def of_rows(cls, rows: Sequence[TermList], n_passages: int) -> Matches:
+    def of_rows(cls, rows: Sequence[tuple[np.ndarray, np.ndarray]], n_passages: int) -> Matches:
         """The matches whose row b is ``rows[b]`` (its passages, ascending, and their scores)."""
         return cls(np.r_[0, np.cumsum([len(p) for p, _ in rows], dtype=np.int64)].astype(np.int64),
                    np.concatenate([np.zeros(0, np.int64), *(p for p, _ in rows)]),
@@ -122,7 +165,8 @@ class Matches:
     @classmethod
     def of_lists(cls, lists: Sequence[Sequence[TermList]], n_passages: int) -> Matches:
         """The matches of each question's terms' postings (``Postings.lists``), every posting read."""
-        return cls.of_postings([(q, p, s) for q, terms in enumerate(lists) for p, s in terms], len(lists), n_passages)
+        return cls.of_postings([(q, t.passages, t.scores) for q, terms in enumerate(lists) for t in terms], len(lists),
+                               n_passages)
 
     def top(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(B, min(k, P)) ids of the best passages per question, best first, ties by id, and their scores; -1 / 0
@@ -210,8 +254,8 @@ def summed(lists: Sequence[TermList], passages: np.ndarray) -> np.ndarray:
     score looked up in its postings and added in the order of the terms, as bm25s adds them (the same bits)."""
     passages = np.asarray(passages, np.int64)
     total = np.zeros(len(passages), np.float32)
-    for held, scores in lists:
-        total += scores_of(held, scores, passages)
+    for term in lists:
+        total += term.lookup(passages)
     return total
 
 
@@ -258,13 +302,13 @@ def floor(lists: Sequence[TermList], order: np.ndarray, n: int, unit_of_passage:
     score highest for it, until they hold n units."""
     pool: list[np.ndarray] = []
     for term in order.tolist():
-        held, own = lists[term]
+        held = lists[term].passages
         m = FLOOR_DEPTH * n
-        pool.append(held if len(held) <= m else held[np.argpartition(-own, m - 1)[:m]])
+        pool.append(held if len(held) <= m else held[np.argpartition(-lists[term].scores, m - 1)[:m]])
         together = pool[0] if len(pool) == 1 else np.unique(np.concatenate(pool))
         score = np.zeros(len(together), np.float32)
-        for other, its in lists:  # (in the question's order of terms, as bm25s adds them)
-            score += scores_of(other, its, together)
+        for other in lists:  # (in the question's order of terms, as bm25s adds them)
+            score += other.lookup(together)
         top = best_units(together, score, unit_of_passage, n)
         if len(top[0]) == n:
             return float(top[1][-1])
@@ -278,30 +322,32 @@ def scored_in_full(lists: Sequence[TermList], essential: np.ndarray, n_passages:
     among these passages: picked out of its postings, or looked up where it holds many more), read back at them."""
     held = np.zeros(n_passages, bool)  # (calloc'd: pages are made only where the essential terms hold passages)
     taken = [np.zeros(0, np.int64)]
-    for (passages, _), needed in zip(lists, essential, strict=True):
+    for term, needed in zip(lists, essential, strict=True):
         if needed:  # each passage once
-            taken.append(passages[~held[passages]])
+            taken.append(term.passages[~held[term.passages]])
             held[taken[-1]] = True
     candidates = np.concatenate(taken)
     row = np.zeros(n_passages, np.float32)
-    for (passages, scores), needed in zip(lists, essential, strict=True):  # (a term holds a passage once)
+    for term, needed in zip(lists, essential, strict=True):  # (a term holds a passage once)
+        passages = term.passages
         if needed:
-            row[passages] += scores
+            row[passages] += term.scores
         elif len(passages) <= 8 * len(candidates):
-            mine = held[passages]
-            row[passages[mine]] += scores[mine]
+            mine = np.flatnonzero(held[passages])
+            row[passages[mine]] += term.scores_at(mine)
         else:
-            row[candidates] += scores_of(passages, scores, candidates)
+            row[candidates] += term.lookup(candidates)
     return candidates, row[candidates]
 
 
 @dataclass(frozen=True)
 class Postings:
     """A batch's BM25, read lazily from its questions' postings (module docstring). ``lists``: per question, each of
-    its terms' postings in the order of its terms (a repeated one again), where they lie (views of the index's);
-    ``bounds``: per question, each term's highest score; ``eager``: the matches of the questions with few postings
-    (``few``; the others' rows are empty), which are what such a question matches (under a filter, ``within``, its
-    ``lists`` are still those before it)."""
+    its terms' postings in the order of its terms (a repeated one again), where they lie (``TermList``: views of a base
+    index's, or a live index's scored when read); ``bounds``: per question, each term's highest score, or a score no
+    posting of it passes (a live index's: its deleted passages' counted); ``eager``: the matches of the questions with
+    few postings (``few``; the others' rows are empty), which are what such a question matches (under a filter,
+    ``within``, its ``lists`` are still those before it)."""
 
     lists: list[list[TermList]]
     bounds: list[np.ndarray]
@@ -318,7 +364,7 @@ class Postings:
         """The postings of questions whose terms' are ``lists`` (and ``bounds``); a question with at most
         ``eager_most`` postings (default ``EAGER_MOST``; -1: none) has them added up at once."""
         most = EAGER_MOST if eager_most is None else eager_most
-        few = np.asarray([sum(len(p) for p, _ in terms) <= most for terms in lists], bool)
+        few = np.asarray([sum(len(t) for t in terms) <= most for terms in lists], bool)
         eager = Matches.of_lists([terms if few[q] else [] for q, terms in enumerate(lists)], n_passages)
         return cls(lists, bounds, n_passages, eager, few)
 
@@ -337,9 +383,10 @@ class Postings:
         postings kept where allowed, and the others' terms' postings picked out where they are (a pass over them but
         no more: a filter that keeps few passages leaves few postings to prune)."""
         allowed = np.asarray(allowed, bool)
-        lists = [terms if few else [(p[kept], s[kept]) for p, s in terms for kept in (allowed[p],)]
+        lists = [terms if few else [TermList(t.passages[kept], t.scores_at(kept))
+                                    for t in terms for kept in (np.flatnonzero(allowed[t.passages]),)]
                  for terms, few in zip(self.lists, self.few, strict=True)]
-        bounds = [bound if few else np.asarray([s.max(initial=0) for _, s in terms], np.float32)
+        bounds = [bound if few else np.asarray([t.scores.max(initial=0) for t in terms], np.float32)
                   for terms, bound, few in zip(lists, self.bounds, self.few, strict=True)]
         return Postings(lists, bounds, self.n_passages, self.eager.within(allowed), self.few)
 

@@ -85,20 +85,13 @@ def test_pruned_top_units_of_a_live_snapshot_are_those_of_every_match(seed):
     """Over a live snapshot's base (some of its passages deleted) and segment runs, scored as ``LiveLexical`` scores
     them."""
     passages, questions, doc_of = heavy_corpus(seed)
-    base, segment = passages[:-40], passages[-40:]
-    vocab: dict[str, int] = {}
-    rows, cols = zip(*[(p, vocab.setdefault(t, len(vocab))) for p, ts in enumerate(base) for t in ts], strict=True)
-    tf = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(base), len(vocab)))
-    tf.sum_duplicates()
-    terms = BaseTerms(tf, vocab, np.asarray([len(t) for t in base]))
-    written = [terms.numbered([passage]) for passage in segment]  # (each segment passage a document of its own)
-    runs = [SegmentPostings.of(written[a:b]) for a, b in ((0, 15), (15, 16), (16, 40))]
-    dead = np.flatnonzero(np.random.default_rng(seed).random(len(base)) < 0.2)
-    live = LiveLexical(SimpleNamespace(retriever=SimpleNamespace(k1=1.5, b=0.75, method="lucene")), terms, runs,
-                       dead)  # type: ignore[arg-type]
+    dead = np.flatnonzero(np.random.default_rng(seed).random(len(passages) - 40) < 0.2)
+    live = live_of(passages[:-40], passages[-40:], dead, (15, 16))
     got = live.postings(["?"] * len(questions), questions)
     assert got.matches().dense().view(np.uint32).tolist() == live.scores(["?"] * len(questions), questions).view(
         np.uint32).tolist()
+    for terms, bounds in zip(got.lists, got.bounds, strict=True):  # (what it prunes by, its deleted passages counted)
+        assert all(bound >= term.scores.max() for term, bound in zip(terms, bounds, strict=True))
     assert_pruned_as_every_match(got, doc_of, None)
     assert_pruned_as_every_match(got, doc_of, np.random.default_rng(seed).random(len(passages)) < 0.5)
 
@@ -171,3 +164,42 @@ def test_fusion_reads_a_whole_questions_candidates_from_its_matched_documents(mo
             if len(top[b][0]):  # (fusion's candidates are never none)
                 assert fusion.unit_scores(postings, b, "doc", top[b][0]).tolist() == top[b][1].tolist()
         assert looked_up == [] and found == [1]  # (the batch's documents found once, for its top and fusion)
+
+
+def live_of(base: list[list[str]], segment: list[list[str]], dead: np.ndarray, cuts: tuple[int, ...]) -> LiveLexical:
+    """A live snapshot's BM25 (``LiveLexical``) over ``base`` passages' terms, ``dead`` of them deleted, and
+    ``segment`` passages (each a document of its own) in runs cut at ``cuts``."""
+    vocab: dict[str, int] = {}
+    rows, cols = zip(*[(p, vocab.setdefault(t, len(vocab))) for p, ts in enumerate(base) for t in ts], strict=True)
+    tf = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(base), len(vocab)))
+    tf.sum_duplicates()
+    terms = BaseTerms(tf, vocab, np.asarray([len(t) for t in base]))
+    written = [terms.numbered([passage]) for passage in segment]
+    runs = [SegmentPostings.of(written[a:b]) for a, b in zip((0, *cuts), (*cuts, len(segment)), strict=True)]
+    return LiveLexical(SimpleNamespace(retriever=SimpleNamespace(k1=1.5, b=0.75, method="lucene")), terms, runs,
+                       dead)  # type: ignore[arg-type]
+
+
+def test_a_live_snapshot_scores_a_common_terms_postings_only_where_it_looks_them_up(monkeypatch):
+    """A live snapshot prunes as its base does: for a question with a term that every passage holds and a rare one,
+    its top 5 scores the rare term's passages (some deleted, some written since) and the common term's only there,
+    not its 20,000 postings; the bound it prunes by is no less than any of the term's scores; the top, scores and
+    ties are every match's, to the bit."""
+    base = [["common", f"t{i % 997}"] + (["rare"] * (1 + i % 3) if i % 4000 == 7 else []) for i in range(20_000)]
+    segment = [["common", "rare", "t1"], ["t2"], ["common", "rare"], ["common"]]
+    dead = np.asarray([3, 4007, 12007, 19_999])  # a rare passage deleted among them
+    live = live_of(base, segment, dead, (1, 3))
+    scored: list[int] = []
+    score = LiveLexical._scored
+    monkeypatch.setattr(LiveLexical, "_scored", lambda self, idf, tf, length: scored.append(len(tf)) or
+                        score(self, idf, tf, length))
+    monkeypatch.setattr(postings_module, "EAGER_MOST", -1)  # (as a question of over 65,536 postings is)
+    postings = live.postings(["?"], [["common", "rare"]])
+    got = postings.top_units(5)
+    assert sum(scored) < 100  # (its 7 rare passages, 5 of the common term's looked up, the bounds' few)
+    every = postings.matches()
+    assert as_lists(got) == as_lists(top_found(matched_units(every), 5))
+    assert sorted(got[0][2].tolist()) == [7, 8007, 16007, 20_000, 20_002]  # (not the deleted 4007 and 12007)
+    assert all(bound >= term.scores.max() for term, bound in zip(postings.lists[0], postings.bounds[0], strict=True))
+    assert postings.at(0, np.arange(live.n_passages)).view(np.uint32).tolist() == \
+        every.dense()[0].view(np.uint32).tolist()
