@@ -5,13 +5,19 @@ add``, added to an older index by ``spanseek index add-lexical DIR``). A passage
 plus its text, split into terms by the index's analyzer (``ANALYZERS``; recorded in the index, and questions go
 through the same one), English stop words removed and Snowball-stemmed (bm25s + PyStemmer):
 
+- ``folded2`` (opt-in: ``spanseek index add-lexical DIR --analyzer folded2``): ``folded``, keeping one-character words of a letter or digit ("World War 2",
+  "vitamin C", "Type 1 diabetes", the "c" of "C++"; not the "s" of "Tom's" nor the "t" of "don't"), reading letters
+  joined by dots as one word ("U.S.A." finds "USA"), and with question words (``QUESTION_WORDS``: "who", "what",
+  "which", "when", ...) as stop words; each rule chosen by BM25 passage accuracy on training questions
+  (``bench/lexical_analyzer.py choose``). "a" stays a stop word, so "vitamin A" is still "vitamin".
 - ``folded`` (indexes built now): Unicode-normalised (NFKC, so ligatures and full-width forms read as their
   letters), case-folded ("STRASSE" and "Straße" are one word), Latin, Greek and Cyrillic letters without their
   accents ("Nunez" finds "Núñez", composed or not), invisible format characters (soft hyphens, zero-width spaces)
   dropped; runs of Chinese, Japanese or Korean characters, written without spaces between words, are indexed as
   their overlapping character pairs (a lone character as itself), so "龙井茶" finds "…的龙井茶…".
 - ``plain`` (indexes built before it): lower-cased words of two or more letters or digits, nothing else;
-  ``spanseek index add-lexical DIR`` rebuilds an index's lexical part with ``folded``.
+  ``spanseek index add-lexical DIR`` rebuilds an index's lexical part with ``folded`` (``--analyzer`` names
+  another).
 
 The hard-negative miner (``spanseek train mine --miner bm25``) uses the same ``LexicalIndex``.
 
@@ -90,10 +96,10 @@ def _stemmer():
 
 
 @functools.cache
-def _stopwords() -> frozenset[str]:
+def _stopwords(question_words: bool = False) -> frozenset[str]:
     from bm25s.tokenization import _infer_stopwords
 
-    return frozenset(_infer_stopwords(STOPWORDS))
+    return frozenset(_infer_stopwords(STOPWORDS)) | (QUESTION_WORDS if question_words else frozenset())
 
 
 _WORDS = re.compile(r"(?u)\b\w\w+\b").findall  # bm25s's (and scikit-learn's) token pattern
@@ -108,8 +114,29 @@ _ACCENTED = ((0, 0x0250), (0x0370, 0x0400))
 # Latin letters with a stroke or ligatures that no decomposition takes apart ("Łódź" reads "lodz")
 _UNSTROKED = str.maketrans({"ł": "l", "ø": "o", "đ": "d", "ħ": "h", "ŀ": "l", "ŧ": "t", "ı": "i", "ð": "d",
                             "þ": "th", "æ": "ae", "œ": "oe", "ё": "е"})
-ANALYZERS = ("plain", "folded")
-ANALYZER = "folded"  # the analyzer of lexical indexes built now
+# question words: stop words of ``folded2`` (the words that ask, not what is asked about)
+QUESTION_WORDS = frozenset({"who", "whom", "whose", "what", "which", "when", "where", "why", "how"})
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """How an analyzer (``ANALYSES``) splits a text into terms, before stop words and stemming: ``fold``, by ``fold``
+    (else lower-cased words of two or more characters only); ``digits`` and ``letters``, one-character words of
+    them kept ("World War 2", "vitamin C"), but not after an apostrophe (the "s" of "Tom's", the "t" of "don't");
+    ``acronyms``, single letters joined by dots read as one word ("U.S.A." is "usa", as "USA" is);
+    ``question_words``: ``QUESTION_WORDS`` are stop words."""
+
+    fold: bool = True
+    digits: bool = False
+    letters: bool = False
+    acronyms: bool = False
+    question_words: bool = False
+
+
+ANALYSES = {"plain": Analysis(fold=False), "folded": Analysis(),
+            "folded2": Analysis(digits=True, letters=True, acronyms=True, question_words=True)}
+ANALYZERS = tuple(ANALYSES)
+ANALYZER = "folded"  # the analyzer of lexical indexes built now (folded2: opt-in, docs/indexing.md)
 
 
 def analyzer_of(record: dict[str, Any] | None) -> str:
@@ -137,29 +164,62 @@ def _cjk_terms(run: str) -> list[str]:
     return [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
 
 
-def _words(text: str, analyzer: str) -> list[str]:
+# the one-character words an ``Analysis`` keeps, by (digits, letters)
+_SHORT = {(False, False): "", (True, False): r"\d", (False, True): r"[^\W\d_]", (True, True): r"[^\W_]"}
+
+
+@functools.cache
+def _splitter(short: str, acronyms: bool, marked: bool) -> Any:
+    """The ``findall`` of an ``Analysis``'s words in folded text: ``marked``, for text that is not ASCII (a word holds
+    its combining marks); ``short``, the class of the one-character words kept too (not after an apostrophe: the "s"
+    of "Tom's"); ``acronyms``, single letters joined by dots ("u.s.a.") as one match."""
+    if not (short or acronyms):
+        return _MARKED_WORDS if marked else _WORDS
+    word, mark = (r"\w[\w\p{M}]+", r"\p{M}") if marked else (r"\b\w\w+\b", "")
+    parts = [r"(?<!\w)[^\W\d_](?:\.[^\W\d_](?!\w))+\.?"] if acronyms else []
+    parts.append(word)
+    if short:
+        parts.append(rf"(?<![\w{mark}'\u2019]){short}(?![\w{mark}])")
+    return (regex if marked else re).compile("|".join(parts)).findall
+
+
+def _words(text: str, analysis: Analysis) -> list[str]:
     """The terms of one text before stop words and stemming; CJK pairs are marked by a leading NUL (no stemming)."""
-    if analyzer == "plain":
+    if not analysis.fold:
         return _WORDS(text.lower())
     text = fold(text)
+    short = _SHORT[analysis.digits, analysis.letters]
     if text.isascii():
-        return _WORDS(text)
-    out = [f"\x00{t}" for run in _CJK.findall(text) for t in _cjk_terms(run)]
-    return _MARKED_WORDS(_CJK.sub(" ", text)) + out
+        words = _splitter(short, analysis.acronyms, False)(text)
+        cjk = []
+    else:
+        words = _splitter(short, analysis.acronyms, True)(_CJK.sub(" ", text))
+        cjk = [f"\x00{t}" for run in _CJK.findall(text) for t in _cjk_terms(run)]
+    if analysis.acronyms:
+        words = [w.replace(".", "") for w in words]
+    return words + cjk
 
 
-def tokenize(texts: Sequence[str], analyzer: str = ANALYZER) -> list[list[str]]:
-    """Terms of each text by ``analyzer`` (``ANALYZERS``, module docstring) without English stop words, stemmed:
-    what both passages and queries go through.
+def analysis_of(analyzer: str | Analysis) -> Analysis:
+    """The ``Analysis`` of an analyzer named in ``ANALYZERS`` (or given as one); a clear error for an unknown name."""
+    if isinstance(analyzer, Analysis):
+        return analyzer
+    if analyzer not in ANALYSES:
+        raise ValueError(f"unknown lexical analyzer {analyzer!r}; known: {', '.join(ANALYZERS)}")
+    return ANALYSES[analyzer]
+
+
+def tokenize(texts: Sequence[str], analyzer: str | Analysis = ANALYZER) -> list[list[str]]:
+    """Terms of each text by ``analyzer`` (``ANALYZERS``, module docstring; or an ``Analysis``) without English stop
+    words (and, where it says so, question words), stemmed: what both passages and queries go through.
 
     ``plain`` gives the tokens of ``bm25s.tokenize`` (its pattern, stop words and stemmer; ``tests/core/test_lexical.py``
     holds them equal), made without what it adds for a corpus: a vocabulary of ids, progress bars and a set of the
     stop words remade for every text (704 short texts, a hybrid batch's: 12.4 against 16.6 ms; a corpus: the same).
     ``folded`` gives the same tokens for ASCII text."""
-    if analyzer not in ANALYZERS:
-        raise ValueError(f"unknown lexical analyzer {analyzer!r}; known: {', '.join(ANALYZERS)}")
-    stop = _stopwords()
-    words = [[w for w in _words(text, analyzer) if w not in stop] for text in texts]
+    analysis = analysis_of(analyzer)
+    stop = _stopwords(analysis.question_words)
+    words = [[w for w in _words(text, analysis) if w not in stop] for text in texts]
     distinct = [w for w in dict.fromkeys(w for ws in words for w in ws) if w[0] != "\x00"]  # each word stemmed once
     stem = dict(zip(distinct, _stemmer().stemWords(distinct), strict=True))
     return [[stem[w] if w[0] != "\x00" else w[1:] for w in ws] for ws in words]

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from spanseek.core.filters import FilterError
+from spanseek.core.lexical import ANALYZER, ANALYZERS
 from spanseek.core.options import add_options, from_args
 from spanseek.core.params import SearchFilter, SearchParams
 from spanseek.indexer.options import (
@@ -487,7 +488,7 @@ def _same_file(a: str, b: str) -> bool:
 def _add_lexical(args: argparse.Namespace) -> int:
     from spanseek.indexer.lexical import add_lexical
 
-    m = add_lexical(_index_of(args), _live_dir(args.live_dir)[0])
+    m = add_lexical(_index_of(args), _live_dir(args.live_dir)[0], analyzer=args.analyzer)
     print(json.dumps(m.lexical, indent=2))
     return 0
 
@@ -616,6 +617,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = index.add_parser("add-lexical", help="add (or rebuild) the BM25 part of a built index; nothing is re-encoded")
     _index_operand(p)
     _live_dir_flag(p, "its merged base gets the part too")
+    p.add_argument("--analyzer", default=ANALYZER, choices=ANALYZERS,
+                   help="how passages and questions are split into BM25 terms (docs/indexing.md; default: %(default)s, "
+                   "what new indexes get)")
     p.set_defaults(func=_add_lexical)
 
     p = index.add_parser("verify", help="check an index and report recall vs exact search and bytes/token")

@@ -4,8 +4,8 @@
 
 ``spanseek index build`` writes it (``write_lexical``) and ``spanseek index add`` rebuilds it over the old and new
 passages with the analyzer it had (``core.lexical.ANALYZERS``); ``add-lexical`` rebuilds it with the current one
-(``folded``), keeping its fusion weights; ``spanseek index verify`` compares it with a fresh BM25 of the passages
-(``check_lexical``). Building
+(``folded``) or the one ``--analyzer`` names, keeping its fusion weights; ``spanseek index verify`` compares it with
+a fresh BM25 of the passages (``check_lexical``). Building
 BM25 over the passage store takes seconds (14.5k passages: ~3 s on 2 cores), so it is always rebuilt whole rather
 than updated in place.
 """
@@ -21,7 +21,14 @@ import numpy as np
 
 from spanseek.core import integrity, phrase_index
 from spanseek.core.io import write_json_atomic
-from spanseek.core.lexical import ANALYZER, DEFAULT_FUSION, LexicalIndex, missing_message, passage_text
+from spanseek.core.lexical import (
+    ANALYZER,
+    DEFAULT_FUSION,
+    LexicalIndex,
+    analysis_of,
+    missing_message,
+    passage_text,
+)
 from spanseek.indexer.live_state import (
     STATE,
     LiveStoreError,
@@ -53,13 +60,15 @@ def write_lexical(index_dir: str | Path, passages_path: Path | None = None, docs
     return {**record, "fusion": fusion or DEFAULT_FUSION}
 
 
-def add_lexical(index_dir: str | Path, live_dir: str | Path | None = None) -> phrase_index.Manifest:
-    """Give a built index its lexical part (or rebuild it, with the current analyzer) from its passage store; no
-    passage is encoded again; returns the new manifest. The merged base that a server with writes over the index
+def add_lexical(index_dir: str | Path, live_dir: str | Path | None = None, analyzer: str = ANALYZER
+                ) -> phrase_index.Manifest:
+    """Give a built index its lexical part (or rebuild it, its terms by ``analyzer``: default the current one) from its
+    passage store; no passage is encoded again; returns the new manifest. The merged base that a server with writes over the index
     serves is given it too: the one named by the live directory ``live_dir`` (default: the index path + ``.live``)
     when its writes were made over this index (they stay its writes: ``indexer.live.index_digest`` leaves the lexical
     part out). Rerun after a kill, it completes both."""
     index_dir = Path(index_dir)
+    analysis_of(analyzer)  # an unknown one refused before anything is locked or read
     phrase_index.Manifest.load(index_dir)  # a clear error for a missing or unfinished index
     refuse_merged_base(index_dir, "add-lexical")
     with integrity.writer_lock(index_dir) as locked:  # held exclusive: no server with writes over the index runs
@@ -67,12 +76,12 @@ def add_lexical(index_dir: str | Path, live_dir: str | Path | None = None) -> ph
             raise lock_refusal(index_dir, "add-lexical", instead="the index stays as its writes were made over while "
                                "it serves them")
         merged = _merged_base(index_dir, live_dir)
-        manifest = _rebuild_locked(index_dir)
+        manifest = _rebuild_locked(index_dir, analyzer)
         if merged is not None:  # what that server serves: the index's part alone would not be searched
             with integrity.writer_lock(merged) as base_locked:
                 if not base_locked:
                     raise lock_refusal(merged, "add-lexical")
-                _rebuild_locked(merged)
+                _rebuild_locked(merged, analyzer)
             log.info("the merged base %s, which a server with writes over %s serves, has the lexical part too",
                      merged, index_dir)
     return manifest
@@ -96,9 +105,9 @@ def _merged_base(index_dir: Path, live_dir: str | Path | None) -> Path | None:
         return None
 
 
-def _rebuild_locked(index_dir: Path) -> phrase_index.Manifest:
-    """Write the lexical part of ``index_dir`` (keeping its fusion weights) and its new manifest; the caller holds
-    its writer lock."""
+def _rebuild_locked(index_dir: Path, analyzer: str) -> phrase_index.Manifest:
+    """Write the lexical part of ``index_dir`` by ``analyzer`` (keeping its fusion weights) and its new manifest; the
+    caller holds its writer lock."""
     phrase_index.recover_locked(index_dir)
     try:
         old = phrase_index.check_index(index_dir, recovered=True)
@@ -108,7 +117,8 @@ def _rebuild_locked(index_dir: Path) -> phrase_index.Manifest:
         if integrity.check_files(index_dir, others, contents=True):
             raise
     fusion = (old.lexical or {}).get("fusion")  # keep weights fitted for this index
-    manifest = phrase_index.Manifest.create(index_dir, {**old.to_dict(), "lexical": write_lexical(index_dir, fusion=fusion)})
+    manifest = phrase_index.Manifest.create(index_dir, {**old.to_dict(), "lexical": write_lexical(index_dir, fusion=fusion,
+                                                                                   analyzer=analyzer)})
     manifest.write(index_dir)
     return manifest
 

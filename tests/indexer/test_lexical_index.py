@@ -110,6 +110,23 @@ def test_cli_add_lexical_and_search_modes(tmp_path, tiny_index, tiny_model_dir, 
     assert len(hits) == 2 and all(h["lexical"] > 0 for h in hits)
 
 
+def test_cli_add_lexical_rebuilds_with_the_analyzer_it_names(tmp_path, tiny_index, capsys):
+    """``--analyzer`` picks the analyzer (recorded; new indexes' by default); an unknown one is refused by name, the
+    index unchanged."""
+    from spanseek.cli import main
+
+    index = tmp_path / "idx"
+    shutil.copytree(tiny_index, index)
+    assert main(["index", "add-lexical", str(index), "--analyzer", "folded2"]) == 0
+    assert json.loads(capsys.readouterr().out)["analyzer"] == "folded2" == PhraseIndex(index).lexical.analyzer
+    with pytest.raises(SystemExit) as exit_:
+        main(["index", "add-lexical", str(index), "--analyzer", "folded3"])
+    assert exit_.value.code == 2 and "invalid choice: 'folded3'" in capsys.readouterr().err
+    assert PhraseIndex(index).lexical.analyzer == "folded2"
+    assert main(["index", "add-lexical", str(index)]) == 0
+    assert phrase_index.Manifest.load(index).lexical["analyzer"] == "folded"
+
+
 WORLD = [  # documents in several scripts and spellings, each with a question's words written another way
     {"id": "zh", "title": "长城", "paragraphs": ["北京的八达岭长城建于明朝弘治十八年，是游客最多的一段。"]},
     {"id": "de", "title": "Adressen", "paragraphs": ["Das Rathaus steht an der Hauptstraße neben dem Brunnen."]},
@@ -155,7 +172,7 @@ def test_lexical_search_finds_words_however_they_are_written(tmp_path, tiny_mode
 
 def test_an_index_keeps_its_analyzer_until_add_lexical_rebuilds_it(tmp_path, tiny_model_dir):
     """An index built with the plain analyzer searches with it (its terms and the question's match as before), keeps
-    it through an add, and add-lexical moves it to the folded one."""
+    it through an add, and add-lexical moves it to the current one (folded) or the one it names."""
     corpus = tmp_path / "world.jsonl"
     corpus.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in WORLD), encoding="utf-8")
     out = tmp_path / "idx"
@@ -169,6 +186,9 @@ def test_an_index_keeps_its_analyzer_until_add_lexical_rebuilds_it(tmp_path, tin
     add_documents(out, more, model=tiny_model_dir, opts=OPTS)
     assert PhraseIndex(out).lexical.analyzer == "plain" and _lexical_first(out, ["Begona Nunez"]) == {"Begona Nunez": None}
     assert _lexical_first(out, ["quokka observatory"]) == {"quokka observatory": "new"}
+    add_lexical(out, analyzer="folded2")
+    assert PhraseIndex(out).lexical.analyzer == "folded2" == verify_index(out, sample=20)["lexical"]["analyzer"]
+    assert _lexical_first(out, ["Begona Nunez", "八达岭"]) == {"Begona Nunez": "es", "八达岭": "zh"}
     add_lexical(out)
     assert PhraseIndex(out).lexical.analyzer == "folded"
     assert _lexical_first(out, ["Begona Nunez", "八达岭"]) == {"Begona Nunez": "es", "八达岭": "zh"}

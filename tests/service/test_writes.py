@@ -1101,3 +1101,23 @@ def test_a_merge_logs_its_start_and_its_end(write_settings, caplog):
     assert start.levelno == logging.INFO and start.getMessage() == (
         f"merging 1 documents and 0 deletions into {write_settings().live_dir / 'bases' / 'base-000001'} "
         "(writes go on in wal-000002.jsonl)")
+
+
+def test_writes_over_an_index_of_another_analyzer_are_made_with_its_analyzer(write_settings, tiny_index, tmp_path):
+    """A server with writes over an index whose lexical part is ``folded2`` (not the analyzer new indexes get) makes
+    its written documents' BM25 terms with ``folded2`` too, as its questions' are: "2" is a term there (``folded``
+    drops one-character words, and the written passage would not match)."""
+    import shutil
+
+    from spanseek.indexer.lexical import add_lexical
+
+    index = tmp_path / "older"
+    shutil.copytree(tiny_index, index)
+    add_lexical(index, analyzer="folded2")
+    doc = {"id": "asked", "title": "Asked", "paragraphs": ["World War 2, quoth the owl."]}
+    with serving(create_app(write_settings(index=index))) as client:
+        assert client.get("/info", headers=KEY).json()["service"]["lexical_analyzer"] == "folded2"
+        assert client.put("/documents", headers=KEY, json={"documents": [doc]}).status_code == 200
+        r = client.post("/search?unit=doc", headers=KEY, json={"query": "2", "top_k": 3, "mode": "lexical"})
+        assert r.status_code == 200, r.text
+        assert "asked" in [h["doc_id"] for h in r.json()["results"][0]["hits"]]
