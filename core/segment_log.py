@@ -101,7 +101,7 @@ class SegmentChunks(Generic[T]):
         owner = None if self._owner is None else self._owner()
         with self._lock:
             same = held_prefix(self.docs, segment)
-            kept = self.chunks if same == len(self.docs) else self._left(segment, owner, build)
+            kept = self.chunks if same == len(self.docs) else self._left(segment, same, owner, build)
             if kept is None:  # not the held documents less some, then new ones: held up to the first that differs
                 kept = [c for c in self.chunks if c.stop <= same]
             covered = kept[-1].stop if kept else 0
@@ -120,7 +120,7 @@ class SegmentChunks(Generic[T]):
             JOINER.add(self, run, handed, build)
         return out
 
-    def _left(self, segment: Sequence[Any], owner: Any, build: Build[T]) -> list[Chunk[T]] | None:
+    def _left(self, segment: Sequence[Any], same: int, owner: Any, build: Build[T]) -> list[Chunk[T]] | None:
         """Where some held documents left ``segment`` (deleted, or replaced: the new version comes after the held
         ones), the chunks over those that stay, in order: each chunk whose documents all stay, moved up; one that
         lost some, the chunks it was joined from (``Chunk.joined``), likewise, down to the runs of at most
@@ -128,7 +128,7 @@ class SegmentChunks(Generic[T]):
         deep in a long segment builds at most ``INLINE_RUN`` documents' parts a document gone (it built every run
         after it again: 22-29 ms at 5,000 written documents). None when ``segment`` does not start with the held
         documents that stay, in their order. The caller holds the lock."""
-        alive = staying(self.docs, segment)
+        alive = staying(self.docs, segment, same)  # (its first ``same`` documents are the held ones)
         if alive is None:
             return None
         stays = int(alive.sum())
@@ -313,15 +313,16 @@ class AppendedRows:
            ) -> dict[str, np.ndarray]:
         """Each column's rows of ``segment``'s documents, in order (views of the buffers), those of the documents
         not held made by ``rows`` in one run (given at each call, as ``SegmentChunks.of``'s ``build``). Where held
-        documents left (deleted, or replaced: the new version comes after the held ones), new buffers hold the rows
-        of those that stay, copied, each column's numbers less what the documents gone before a row took
+        documents left (deleted, or replaced: the new version comes after the held ones) and some after them stay,
+        new buffers hold the rows of those that stay, copied (where only the last-written ones left, those before them
+        are not looked up again), each column's numbers less what the documents gone before a row took
         (``numbered``: a column's numbers count the rows of that column, or ``DOCUMENTS``; the others are not
         numbers): a pass over the buffers, not the documents' rows made again (22-29 ms a snapshot at 5,000 written
         documents, with the runs of parts after it built again)."""
         with self._lock:
             same = held_prefix(self.docs, segment)
-            alive = staying(self.docs, segment) if same < len(self.docs) and same else None
-            if alive is not None:
+            alive = staying(self.docs, segment, same) if same < len(self.docs) and same else None
+            if alive is not None and alive[same:].any():  # (held documents after the first that left stay)
                 self._keep(alive, numbered or {})
             elif same < len(self.docs) and same < len(segment):  # a document left: new buffers from it on
                 del self.docs[same:]
@@ -384,15 +385,19 @@ def held_prefix(held: Sequence[Any], segment: Sequence[Any]) -> int:
     return same.index(False) if False in same else len(same)
 
 
-def staying(held: Sequence[Any], segment: Sequence[Any]) -> np.ndarray | None:
+def staying(held: Sequence[Any], segment: Sequence[Any], same: int = 0) -> np.ndarray | None:
     """(len(held),) bool: which of ``held``'s documents stay in ``segment``, where ``segment`` starts with them, in
     their order (a write deleted or replaced the others: a new version comes after the held documents); None where
-    it does not. Found by the documents' identities in C, not a Python step a document."""
-    held_ids = np.fromiter(map(id, held), np.int64, len(held))
-    seg_ids = np.fromiter(map(id, segment), np.int64, len(segment))
+    it does not. ``same``: the first documents known to be the same (``held_prefix``), not looked at again, so a
+    write that changed the last-written documents costs those, not the segment. Found by the documents' identities
+    in C, not a Python step a document."""
+    held_ids = np.fromiter(map(id, held[same:]), np.int64, len(held) - same)
+    seg_ids = np.fromiter(map(id, segment[same:]), np.int64, len(segment) - same)
     alive = np.isin(held_ids, seg_ids)
     kept = held_ids[alive]
-    return alive if len(kept) <= len(seg_ids) and np.array_equal(seg_ids[:len(kept)], kept) else None
+    if len(kept) > len(seg_ids) or not np.array_equal(seg_ids[:len(kept)], kept):
+        return None
+    return np.r_[np.ones(same, bool), alive]
 
 
 class _Records(Sequence[dict[str, Any]]):
