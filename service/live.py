@@ -264,6 +264,9 @@ class LiveWrites:
         self.base = base
         self.encoder_pool = encoder_pool
         self.write_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spanseek-write")
+        # its thread started now, at the service's CPU priority: a pool's thread takes the priority of the thread that
+        # starts it, and a merge at the start (its priority lowered) may hand it the first task (``_merge``)
+        self.write_pool.submit(int).result()
         # write_nice > 0: a write's steps run in a thread of their own at that lower CPU priority (and its torch
         # workers, started from it), beside search batches rather than between them
         self.step_pool = (ThreadPoolExecutor(max_workers=1, thread_name_prefix="spanseek-write-steps",
@@ -483,8 +486,12 @@ class LiveWrites:
         if merged is not None:  # the old base, its segment and the merge's arrays are let go: see them collected
             # (frozen at the start, a reference cycle among them was never), then freeze the merged base, which
             # full collections visited at each one from now on (96 ms a collection after a merge of the demo
-            # index, 0.0 settled), and return the freed pages: one full collection a merge (service.heap)
-            settle(thaw=True)
+            # index, 0.0 settled), and return the freed pages: one full collection a merge (service.heap), in the
+            # write thread, at the service's CPU priority: a collection holds the interpreter lock, so at the merge's
+            # lowered one, beside busy native threads (the encoder's, faiss's), it stopped every thread for longer
+            # (1.8 s against 0.8 s for a heap of 2M objects at merge_nice 10 on 2 busy cores)
+            with contextlib.suppress(RuntimeError):  # (the service stopped without waiting for the merge)
+                self.write_pool.submit(settle, True).result()
         self.gauges()
 
     def _count_merge(self, outcome: str, t0: float) -> None:

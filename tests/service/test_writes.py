@@ -346,6 +346,25 @@ def test_a_merge_gives_the_memory_it_freed_back_to_the_system(write_settings, mo
         assert trims == [1]  # once, after the merge was done
 
 
+@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="thread priorities are Linux's")
+def test_a_merge_collects_the_heap_at_the_service_s_cpu_priority_not_the_merge_s(write_settings, monkeypatch):
+    """A collection stops every thread while it runs: run at the merge's lowered priority (``merge_nice``) beside busy
+    native threads, it held them all more than twice as long (1.8 s against 0.8 s). A finished merge collects at
+    the service's priority."""
+    from spanseek.service import live
+
+    def niceness() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    service_nice, collected = niceness(), []
+    monkeypatch.setattr(live, "settle", lambda thaw=False: collected.append((niceness(), thaw)))
+    with serving(create_app(write_settings(merge_nice=5))) as client:
+        assert client.put("/documents", headers=KEY, json={"documents": [DOC]}).status_code == 200
+        assert client.post("/admin/compact", headers=KEY).status_code == 202
+        client.app.state.service.live.merge_thread.join(60)
+    assert collected == [(service_nice, True)]
+
+
 def test_compact_merges_in_the_background_and_keeps_serving(write_settings, monkeypatch):
     from spanseek.core.segment import LiveIndex
     from spanseek.service import live as service_live
@@ -918,6 +937,8 @@ class _MergingStore:
 
 
 def _writes_over(store: _MergingStore):
+    from concurrent.futures import ThreadPoolExecutor
+
     from spanseek.service.live import LiveWrites
     from spanseek.service.metrics import ServiceMetrics
 
@@ -926,6 +947,7 @@ def _writes_over(store: _MergingStore):
     live.settings = type("S", (), {"merge_nice": 0})()
     live.metrics = ServiceMetrics()
     live.gauges = lambda: None
+    live.write_pool = ThreadPoolExecutor(max_workers=1)  # (a finished merge collects the heap in it)
     return live
 
 
