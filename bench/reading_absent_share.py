@@ -20,7 +20,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import argparse  # noqa: E402
-import pickle  # noqa: E402
 
 import numpy as np  # noqa: E402
 from sklearn.metrics import roc_auc_score  # noqa: E402
@@ -28,7 +27,14 @@ from sklearn.metrics import roc_auc_score  # noqa: E402
 from spanseek.core.io import write_json_atomic  # noqa: E402
 from spanseek.core.metrics import calibration_error  # noqa: E402
 from spanseek.core.reading import READ_FEATURES  # noqa: E402
-from spanseek.trainer.fit_reading import Read, examples, first_hit_confidences, fit, fit_depth  # noqa: E402
+from spanseek.trainer.fit_reading import (  # noqa: E402
+    Read,
+    examples,
+    first_hit_confidences,
+    fit,
+    fit_depth,
+    load_reads,
+)
 
 
 def measure(train: list[Read], test: list[Read], depth: int, features) -> dict:
@@ -55,9 +61,10 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
 
-    with open(args.reads, "rb") as f:
-        kept = pickle.load(f)
-    window, reads = next(iter(kept["reads"].items()))
+    try:
+        window, reads = next(iter(load_reads(args.reads)[1].items()))
+    except (OSError, ValueError) as e:  # (no file, or not one of reads: named, with why)
+        ap.error(str(e))
     titles = sorted({r.question.title for r in reads})
     fold = {t: i % 2 for i, t in enumerate(titles)}
     present = [r for r in reads if not r.absent]

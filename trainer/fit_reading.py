@@ -17,15 +17,17 @@ index as well, every span read for them labelled wrong: the fit's own questions 
 so without them the models never see retrieval that found nothing, and read a question the index cannot answer as
 confidently as one it can. The models are fitted on both; each unit's first-hit calibration on the answerable
 questions alone, so that a confidence at ``unanswerable_prior`` 0 still assumes the answer is in the index.
-``--reads FILE`` keeps the reads, and a rerun with the same questions and reading settings fits from them without
-reading again.
+``--reads FILE`` keeps the reads (gzipped JSON, never a pickle: a file named on the command line is read as data,
+not run as code), and a rerun with the same questions and reading settings fits from them without reading again.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import pickle
+import gzip
+import json
 import tempfile
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -47,8 +49,8 @@ from spanseek.core.io import (
 from spanseek.core.loading import open_searcher
 from spanseek.core.metrics import calibration_error, exact_match, passage_has_answer
 from spanseek.core.model import resolve_model
-from spanseek.core.params import SearchParams
-from spanseek.core.reader import READER_CONFIG_NAME, PassageReader, resolve_reader
+from spanseek.core.params import HIT_FIELDS, Hit, SearchParams
+from spanseek.core.reader import READER_CONFIG_NAME, PassageReader, ReadSpan, resolve_reader
 from spanseek.core.reading import (
     READ_FEATURES,
     READING_NAME,
@@ -245,22 +247,79 @@ def read_settings(cfg: FitReadingConfig, questions: Sequence[Question], absent: 
             "windows": list(cfg.windows), "spans_per_passage": cfg.spans_per_passage, "precision": cfg.precision}
 
 
+READS_FORMAT, READS_VERSION = "spanseek fit-reading reads", 1
+
+
+def _number(value: Any) -> Any:
+    """A numpy scalar of the reads (a reader's score) as the Python number JSON writes."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} {value!r} cannot be kept in a --reads file")
+
+
+def save_reads(path: str | Path, made_with: dict[str, Any], reads: dict[int, list[Read]]) -> None:
+    """``reads`` and the settings they were made with at ``path`` (``--reads``), atomically, as gzipped JSON: each hit
+    once (a passage read is the source of several candidates and units), the reads naming it by its number."""
+    hits: list[dict[str, Any]] = []
+    number: dict[int, int] = {}  # by identity: the reads hold the same hit object many times
+
+    def hit(h: Hit) -> int:
+        if id(h) not in number:
+            number[id(h)] = len(hits)
+            hits.append({f: getattr(h, f) for f in HIT_FIELDS})
+        return number[id(h)]
+
+    kept = {"format": READS_FORMAT, "version": READS_VERSION, "made_with": made_with, "hits": hits, "reads": {
+        str(window): [{"question": dataclasses.asdict(r.question), "absent": r.absent, "retrieval": r.retrieval,
+                       "sources": {u: [hit(h) for h in hs] for u, hs in r.sources.items()},
+                       "candidates": {u: [{"source": hit(c.source), "rank": c.rank, "span": dataclasses.asdict(c.span)}
+                                          for c in cs] for u, cs in r.candidates.items()}}
+                      for r in window_reads] for window, window_reads in reads.items()}}
+    with atomic_path(path) as tmp, open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
+        f.write(json.dumps(kept, default=_number).encode())
+
+
+def load_reads(path: str | Path) -> tuple[dict[str, Any], dict[int, list[Read]]]:
+    """The settings and reads ``save_reads`` wrote at ``path``; ValueError naming the file when it is something else,
+    damaged, or of another version of this format (nothing in it is run: it is JSON)."""
+    not_reads = f"--reads {path} is not a file of reads that `spanseek train fit-reading --reads` wrote"
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            kept = json.load(f)
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{not_reads} ({e}); give a new file, or remove it") from None
+    if not isinstance(kept, dict) or kept.get("format") != READS_FORMAT:
+        raise ValueError(f"{not_reads}; give a new file, or remove it")
+    if kept.get("version") != READS_VERSION:
+        raise ValueError(f"--reads {path} holds reads in format version {kept.get('version')!r}, and this version of "
+                         f"spanseek reads {READS_VERSION}; remove it to read again")
+    try:
+        hits = [Hit(**h) for h in kept["hits"]]
+        reads = {int(window): [Read(
+            Question(**{**r["question"], "answers": tuple(r["question"]["answers"]),
+                        "answer_starts": tuple(r["question"]["answer_starts"])}),
+            {u: [Candidate(hits[c["source"]], c["rank"], ReadSpan(**c["span"])) for c in cs]
+             for u, cs in r["candidates"].items()},
+            {u: [hits[i] for i in hs] for u, hs in r["sources"].items()}, r["retrieval"], absent=r["absent"])
+            for r in window_reads] for window, window_reads in kept["reads"].items()}
+        made_with = dict(kept["made_with"])
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"--reads {path} is damaged ({type(e).__name__}: {e}); remove it to read again") from None
+    return made_with, reads
+
+
 def kept_reads(path: str, made_with: dict[str, Any]) -> dict[int, list[Read]] | None:
     """The reads an earlier fit kept in ``path`` (``--reads``) if they were made with these settings; None when there
     is no such file; ValueError naming the file when it holds something else or reads made otherwise."""
+    if Path(path).is_dir():
+        raise ValueError(f"--reads {path} is a folder; give the file to keep the reads in")
     if not Path(path).is_file():
         return None
-    try:
-        with open(path, "rb") as f:
-            kept = pickle.load(f)
-        assert isinstance(kept, dict) and set(kept) == {"made_with", "reads"}
-    except Exception:
-        raise ValueError(f"--reads {path} is not a file of reads that `spanseek train fit-reading --reads` wrote; "
-                         "give a new file, or remove it") from None
-    if differ := sorted(k for k, v in made_with.items() if kept["made_with"].get(k) != v):
+    kept, reads = load_reads(path)
+    if differ := sorted(k for k, v in made_with.items() if kept.get(k) != v):
         raise ValueError(f"--reads {path} holds reads made with other {', '.join(differ)} than this fit's; give a "
                          "new file, or remove it to read again")
-    return kept["reads"]
+    return reads
 
 
 def check_reading_out(out: str | Path) -> None:
@@ -302,8 +361,7 @@ def fit_reading(cfg: FitReadingConfig) -> dict[str, Any]:
                 build_index(corpus, cfg.model, index, BuildOptions(progress=cfg.progress, precision=cfg.precision))
             reads = read_questions(cfg, questions, index, absent)
         if cfg.reads:
-            with atomic_path(cfg.reads) as tmp_path, open(tmp_path, "wb") as f:
-                pickle.dump({"made_with": made_with, "reads": reads}, f)
+            save_reads(cfg.reads, made_with, reads)
     by_setting: dict[tuple[int, int], dict[str, Any]] = {}  # (depth, window) -> EM@1 and the phrase model
     for window, window_reads in reads.items():
         for depth in cfg.depths:

@@ -661,12 +661,56 @@ def test_a_fit_that_reads_unanswerable_questions_doubts_weak_retrieval_and_stays
     assert float(np.mean(1 / (1 + np.exp(-(a * scores + b))))) > 0.5
 
 
+class _RunsWhenUnpickled:
+    """A pickle that creates the file ``marker`` when it is loaded: what a --reads file could do if it were unpickled."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
 def test_fit_reading_refuses_a_reads_file_it_did_not_write(tmp_path):
+    """A --reads file is read as data: one that is not what the fit wrote (any pickle, a damaged or truncated file,
+    one of another format version, a folder) is refused naming it, and nothing in it is run."""
+    import pickle
+
     from spanseek.trainer.fit_reading import kept_reads
 
     assert kept_reads(str(tmp_path / "none.pkl"), {}) is None
+    not_reads = "is not a file of reads that `spanseek train fit-reading --reads` wrote"
     other = tmp_path / "questions.json"
     other.write_text('{"data": []}')
-    with pytest.raises(ValueError, match=f"--reads {other} is not a file of reads that `spanseek train fit-reading "
-                                         "--reads` wrote"):
+    with pytest.raises(ValueError, match=f"--reads {other} {not_reads}"):
         kept_reads(str(other), {})
+    evil, marker = tmp_path / "evil.reads", tmp_path / "ran"
+    evil.write_bytes(pickle.dumps({"made_with": {}, "reads": _RunsWhenUnpickled(marker)}))
+    with pytest.raises(ValueError, match=not_reads):
+        kept_reads(str(evil), {})
+    assert not marker.exists()
+    with pytest.raises(ValueError, match=f"--reads {tmp_path} is a folder"):
+        kept_reads(str(tmp_path), {})
+
+    from spanseek.trainer.fit_reading import READS_VERSION, load_reads, save_reads
+
+    made_with = {"questions": ["q0", "q1"], "absent": [], "index": None, "windows": [0, 200]}
+    reads = {0: synthetic_reads(np.random.default_rng(1), 3, absent=False),
+             200: synthetic_reads(np.random.default_rng(2), 2, absent=True)}
+    kept = tmp_path / "reads"
+    save_reads(kept, made_with, reads)
+    assert load_reads(kept) == (made_with, reads)
+    assert kept_reads(str(kept), made_with) == reads
+    whole = kept.read_bytes()
+    kept.write_bytes(whole[:len(whole) // 2])  # a copy cut short
+    with pytest.raises(ValueError, match=not_reads):
+        kept_reads(str(kept), made_with)
+    with gzip.open(whole_json := tmp_path / "v", "wt") as f:
+        f.write(json.dumps({**json.loads(gzip.decompress(whole)), "version": READS_VERSION + 1}))
+    with pytest.raises(ValueError, match=f"--reads {whole_json} holds reads in format version {READS_VERSION + 1}"):
+        kept_reads(str(whole_json), made_with)
+    damaged = json.loads(gzip.decompress(whole))
+    damaged["reads"]["0"][1]["candidates"]["phrase"][0]["source"] = 99
+    kept.write_bytes(gzip.compress(json.dumps(damaged).encode()))
+    with pytest.raises(ValueError, match=f"--reads {kept} is damaged"):
+        kept_reads(str(kept), made_with)
