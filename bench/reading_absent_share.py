@@ -69,8 +69,8 @@ def main() -> int:
     fold = {t: i % 2 for i, t in enumerate(titles)}
     present = [r for r in reads if not r.absent]
     absent_all = [r for r in reads if r.absent]
-    result: dict = {"questions": len(present), "absent_questions": len(absent_all), "depth": args.depth,
-                    "window_chars": window, "by_absent": {}}
+    result: dict = {"reads": args.reads, "questions": len(present), "absent_questions": len(absent_all),
+                    "depth": args.depth, "window_chars": window, "by_absent": {}}
     for n in args.absent:
         folds = [measure([r for r in present + absent_all[:n] if fold[r.question.title] != k],
                          [r for r in reads if fold[r.question.title] == k], args.depth, READ_FEATURES)

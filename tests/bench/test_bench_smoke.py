@@ -279,6 +279,52 @@ def test_reading(tmp_path, squad_index, tiny_model_dir, tiny_reader, tiny_squad)
     assert positive(below["0.0"]["ratio"]) and "phrase_em@1" in below["1.0"]
 
 
+@pytest.mark.slow
+@smoke("bench/reading_absent_share.py")
+def test_reading_absent_share(tmp_path):
+    """From a --reads file as `spanseek train fit-reading --reads` keeps it (questions of four articles, and
+    unanswerable ones), each --absent count measured in two folds; reading the unanswerable ones lowers their
+    confidence."""
+    from spanseek.trainer.fit_reading import save_reads
+    from tests.trainer.test_reader_training import synthetic_reads
+
+    rng = np.random.default_rng(0)
+    reads = [r for k in range(4) for absent, n in ((False, 40), (True, 20))
+             for r in synthetic_reads(rng, n, absent, f"a{k}")]
+    save_reads(tmp_path / "fit.reads", {}, {200: reads})
+    run_bench("bench/reading_absent_share.py", "--reads", tmp_path / "fit.reads", "--absent", 0, 40, "--depth", 1,
+              "--out", tmp_path / "share.json")
+    r = results(tmp_path / "share.json", "reads", "by_absent.0.phrase.ece_answerable", "by_absent.40.doc.auroc")
+    assert (r["reads"], r["questions"], r["absent_questions"], r["window_chars"]) == (
+        str(tmp_path / "fit.reads"), 160, 80, 200)
+    for unit in ("phrase", "passage", "doc"):
+        assert r["by_absent"]["40"][unit]["confidence_unanswerable"] < r["by_absent"]["0"][unit][
+            "confidence_unanswerable"]
+
+
+@pytest.mark.slow
+@smoke("bench/reading_unanswerable.py")
+def test_reading_unanswerable(tmp_path, squad_index, tiny_model_dir, tiny_reader, tiny_squad):
+    from spanseek.core.io import load_squad
+
+    elsewhere = tmp_path / "elsewhere.json"  # questions of articles the index does not hold
+    elsewhere.write_text(json.dumps({"version": "1.1", "data": [{**a, "title": f"Elsewhere {a['title']}"}
+                                                                for a in load_squad(tiny_squad)]}))
+    run_bench("bench/reading_unanswerable.py", "--index", squad_index, "--questions", tiny_squad, "--train", elsewhere,
+              "--model", tiny_model_dir, "--reader", tiny_reader, "--limit", 16, "--out-of-corpus", 4,
+              "--readings", tiny_reader / "reading.json", "--batch-size", 8, "--out", tmp_path / "unanswerable.json")
+    r = results(tmp_path / "unanswerable.json", "cpu", "unread.answerable.phrase.ece", "read")
+    assert (r["questions"], r["articles"], r["out_of_corpus"]["other_articles"]) == (16, 4, 4)
+    read = r["read"][str(tiny_reader / "reading.json")]  # (keyed by the path: a dotted key for ``results``)
+    assert read["read_passages"] == 3
+    for unit in ("phrase", "passage", "doc"):
+        assert 0 <= read["answerable"][unit]["ece"] <= 1 and 0 <= read["half_removed"][f"{unit}@0.5"]["ece"] <= 1
+        assert 0 <= read["out_of_corpus"][f"{unit}@0"]["max"] <= 1
+        # the prior discounts the read confidence of questions the index cannot answer
+        assert read["out_of_corpus"][f"{unit}@0.5"]["mean_confidence"] <= read["out_of_corpus"][f"{unit}@0"][
+            "mean_confidence"]
+
+
 @smoke("bench/search_snapshot.py")
 @pytest.mark.slow
 def test_search_snapshot(tmp_path, squad_index, tiny_model_dir, tiny_squad):

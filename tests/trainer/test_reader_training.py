@@ -605,10 +605,11 @@ def test_a_reader_checkpoint_carries_a_model_card_with_its_command_data_steps_an
     assert validated == json.loads(json.dumps(summary["validation"]))
 
 
-def synthetic_reads(rng: np.random.Generator, n: int, absent: bool):
-    """``n`` questions' reads of one passage each: answerable ones whose read answer is right when the reader scores
-    it high and whose retrieval the calibrator judges strong; unanswerable ones (``absent``) whose retrieval is weak,
-    read as confidently, their passage holding the answer's text by chance (still wrong: the article is not there)."""
+def synthetic_reads(rng: np.random.Generator, n: int, absent: bool, article: str = "t"):
+    """``n`` questions' reads of one passage each, of the article titled ``article``: answerable ones whose read
+    answer is right when the reader scores it high and whose retrieval the calibrator judges strong; unanswerable ones
+    (``absent``) whose retrieval is weak, read as confidently, their passage holding the answer's text by chance
+    (still wrong: the article is not there)."""
     from spanseek.core.io import Question
     from spanseek.core.params import Hit
     from spanseek.core.reader import ReadSpan
@@ -618,11 +619,12 @@ def synthetic_reads(rng: np.random.Generator, n: int, absent: bool):
     out = []
     for i in range(n):
         right = not absent and rng.random() < 0.6
-        title = "t" if right or absent else "other"
+        title = article if right or absent else "other"
         passage = "In 1450 the harbour bridge was built by Gala of Tarn." if right or absent else \
             "In 1450 the harbour bridge was built by Orm of Tarn."
         source = Hit(passage[40:44], 3.0, 40, 44, 0, passage, "d", title)
-        q = Question(f"q{i}", "Who built it?", ("Gala",), (40,), "t", passage, 0, 0)
+        q = Question(f"{article}-{'absent' if absent else 'q'}{i}", "Who built it?", ("Gala",), (40,), article,
+                     passage, 0, 0)
         score = rng.normal(3.0 if right or absent else 1.0, 0.7)
         cands = [Candidate(source, 0, ReadSpan(0, 40, 44, passage[40:44], score, 0.0)),
                  Candidate(source, 0, ReadSpan(0, 12, 26, "harbour bridge", score - 2.0, 0.0))]
