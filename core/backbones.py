@@ -16,6 +16,7 @@ service's file reader counting tokens) stays small; ``core.model`` re-exports ``
 from __future__ import annotations
 
 import base64
+import fnmatch
 import functools
 import hashlib
 import importlib
@@ -164,13 +165,25 @@ def resolve_backbone(ref: str) -> str:
     return str(Path(ref).expanduser()) if ref.startswith("~") else ref
 
 
+# What transformers' AutoModel and AutoTokenizer read from a model directory (its top level): the config, the
+# tokenizer's files, and the weights, safetensors where there are any (as transformers prefers them), else PyTorch's.
+# A hub repository or cache holds more (a README, sentence-transformers' modules.json and 1_Pooling/, onnx/ and
+# openvino/ exports, TensorFlow, Flax and Rust weights): none of it makes the token vectors, so none of it is identified.
+_LOADED = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+           "vocab.txt", "vocab.json", "merges.txt", "*.model")
+_WEIGHTS = (("model.safetensors", "model.safetensors.index.json", "model-*-of-*.safetensors"),
+            ("pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch_model-*-of-*.bin"))
+
+
 def backbone_fingerprint(ref: str) -> str | None:
-    """What identifies backbone ``ref``'s files (its weights, config and tokenizer), recorded by an index so that a
-    model whose backbone files changed since (another version of its package installed, a directory overwritten) is
-    refused: sha256 (first 16 hex digits) over each file's path, size and sha256, as its package records them (pip's
-    RECORD of a ``package:NAME``; a split backbone's upstream digests), as a hub cache names its blobs, or else as read
-    (a local directory: once per process and file version). Nothing is hashed whole that a record names, so a load
-    costs no pass over gigabytes. None where the files are not here to identify (a hub id resolved remotely)."""
+    """What identifies backbone ``ref``'s files (the weights, config and tokenizer files a model loads from it),
+    recorded by an index so that a model whose backbone files changed since (another version of its package
+    installed, a directory overwritten) is refused: sha256 (first 16 hex digits) over each such file's name, size and
+    sha256, as its package records them (pip's RECORD of a ``package:NAME``; a split backbone's upstream digests), as
+    a hub cache names its blobs, or else as read (a local directory: once per process and file version). Files a load
+    does not read (a README, other weight formats, exports beside the model) are left out: adding or changing them
+    changes no token vector. Nothing is hashed whole that a record names, so a load costs no pass over gigabytes.
+    None where the files are not here to identify (a hub id resolved remotely)."""
     name = ref.removeprefix("package:")
     if ref.startswith("package:") and name in SPLIT_BACKBONES:  # (checked against these digests when assembled)
         return _digest_lines(f"{file} {digest}" for file, digest in sorted(SPLIT_BACKBONES[name].sha256.items()))
@@ -178,14 +191,20 @@ def backbone_fingerprint(ref: str) -> str | None:
     if not directory.is_dir():
         return None
     recorded = _package_record(name, directory) if ref.startswith("package:") else {}
-    files = sorted(p for p in directory.rglob("*") if p.is_file() and not _hidden(p.relative_to(directory)))
-    return _digest_lines(f"{rel} {p.stat().st_size} {recorded.get(rel) or _file_sha256(p)}"
-                         for p in files for rel in [p.relative_to(directory).as_posix()])
+    return _digest_lines(f"{p.name} {p.stat().st_size} {recorded.get(p.name) or _file_sha256(p)}"
+                         for p in _loaded_files(directory))
 
 
-def _hidden(rel: Path) -> bool:
-    """A file no backbone is read from: a dot file or folder (``.gitattributes``, ``.cache``), ``__pycache__``."""
-    return any(part.startswith(".") or part == "__pycache__" for part in rel.parts)
+def _loaded_files(directory: Path) -> list[Path]:
+    """The files of model directory ``directory`` that a load reads (``_LOADED``, and the first kind of
+    ``_WEIGHTS`` it holds), by name."""
+    files = sorted(p for p in directory.iterdir() if p.is_file())
+
+    def named(patterns: Iterable[str]) -> list[Path]:
+        return [p for p in files if any(fnmatch.fnmatchcase(p.name, pattern) for pattern in patterns)]
+
+    weights = next((found for kind in _WEIGHTS if (found := named(kind))), [])
+    return sorted(named(_LOADED) + weights)
 
 
 def _digest_lines(lines: Iterable[str]) -> str:

