@@ -37,7 +37,9 @@ set -u
 PHASE=${1:?usage: bench/gpu/train_base.sh probe|reader|teach|train}
 A=.gpu/a B=.gpu/b
 OUT=${OUT:-/tmp/out}
-RECIPE="--question-mode shared --lora-r 16 --batch-windows 32 --lr 1e-3 --lambda-inb 16 --prebatch 0 --lambda-span 1
+# a new model's encoder; a run from INIT_FROM keeps that model's own (train phrase refuses these beside --init-from)
+ENCODER="--question-mode shared --lora-r 16"
+RECIPE="--batch-windows 32 --lr 1e-3 --lambda-inb 16 --prebatch 0 --lambda-span 1
  --hard-negatives $A/hard-bm25.jsonl.gz --seed 0 --val-questions 0 --no-progress ${EXTRA:-}"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
 mkdir -p "$OUT"
@@ -86,13 +88,13 @@ PY
         # shellcheck disable=SC2086
         spanseek train phrase --train "$A/squad-v1.1-train.json.gz" --out /tmp/probe-fill \
             --backbone /tmp/mpnet-random --max-steps "${PROBE_STEPS:-60}" --stop-after 1 --checkpoint-every 1000 \
-            $RECIPE $TEACH_PROBE 2>&1 | tail -3
+            $ENCODER $RECIPE $TEACH_PROBE 2>&1 | tail -3
         fill_s=$(python3 -c "print(round($(now) - $f0, 1))")
     fi
     t0=$(now)
     # shellcheck disable=SC2086  # the recipe is word-split on purpose
     spanseek train phrase --train "$A/squad-v1.1-train.json.gz" --out /tmp/probe --backbone /tmp/mpnet-random \
-        --max-steps "${PROBE_STEPS:-60}" --checkpoint-every 1000 $RECIPE $TEACH_PROBE 2>&1 | tail -5
+        --max-steps "${PROBE_STEPS:-60}" --checkpoint-every 1000 $ENCODER $RECIPE $TEACH_PROBE 2>&1 | tail -5
     t1=$(now)
     python3 - "$t0" "$t1" "$A/probe.json" "$fill_s" <<'PY' || exit 1
 import json, sys
@@ -147,6 +149,9 @@ if [ "$PHASE" = reader ]; then  # the teacher alone: it stays on the warm machin
     exit 0
 fi
 TEACH=""
+# shellcheck disable=SC2206  # the encoder flags are word-split on purpose
+if [ -n "${INIT_FROM:-}" ]; then START=(--init-from "$INIT_FROM")
+else START=(--backbone package:all-mpnet-base-v2 $ENCODER); fi
 if [ "${TEACHER_S:-0}" -gt 0 ] || [ "${REUSE_TEACHER:-0}" = 1 ]; then
     if [ -f /tmp/reader/last/reader_config.json ]; then
         TEACH="--teacher /tmp/reader/last --lambda-kl ${LAMBDA_KL:-4} --teacher-cache /tmp/tcache"
@@ -171,8 +176,8 @@ print(round(p['fill_pairs'] / min(p['steps'], p['steps_per_epoch']) * p['steps_p
     echo "teacher logits (about $FILL_S s), then $STEPS steps"
     # shellcheck disable=SC2086
     timeout "$((TRAIN_S - $(elapsed) - 20))" "${SPANSEEK[@]}" train phrase --train "$A/squad-v1.1-train.json.gz" \
-        --out /tmp/fill --backbone package:all-mpnet-base-v2 --max-steps "$STEPS" --stop-after 1 --checkpoint-every 1000 \
-        $RECIPE $TEACH ${INIT_FROM:+--init-from "$INIT_FROM"} > /tmp/fill.log 2>&1
+        --out /tmp/fill "${START[@]}" --max-steps "$STEPS" --stop-after 1 --checkpoint-every 1000 \
+        $RECIPE $TEACH > /tmp/fill.log 2>&1
     echo "fill exit $? at $(elapsed) s"; tail -2 /tmp/fill.log
     spe=$(python3 -c "import json; print(json.load(open('$A/probe.json'))['steps_per_epoch'])")
     [ "$STEPS" -ge "$spe" ] && STEPS=$(size 0 "$spe")  # any run of an epoch or more visits every window: same cache
@@ -183,8 +188,8 @@ echo "training $STEPS steps at $(elapsed) s"
 left=$(python3 -c "print(max(10, int($TRAIN_S - ($(now) - $t0) - 20)))")
 # shellcheck disable=SC2086
 timeout "$left" "${SPANSEEK[@]}" train phrase \
-    --train "$A/squad-v1.1-train.json.gz" --out /tmp/base-run --backbone package:all-mpnet-base-v2 \
-    --max-steps "$STEPS" --checkpoint-every 100 $RECIPE $TEACH ${INIT_FROM:+--init-from "$INIT_FROM"} \
+    --train "$A/squad-v1.1-train.json.gz" --out /tmp/base-run "${START[@]}" \
+    --max-steps "$STEPS" --checkpoint-every 100 $RECIPE $TEACH \
     > /tmp/base-run.log 2>&1
 echo "exit $? at $(elapsed) s" | tee -a /tmp/base-run.log
 tail -5 /tmp/base-run.log
