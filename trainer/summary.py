@@ -183,10 +183,12 @@ def model_card(cfg: JobOptions, run: dict[str, Any], total: int | None = None) -
     command = " ".join([f"spanseek train {kind}", *_flags(cfg)])
     steps = f"{run['steps']} of {total}" if total is not None and total != run["steps"] else str(run["steps"])
     world = f" x {run['world_size']} processes" if run.get("world_size", 1) > 1 else ""
+    # (the held-out articles are written where they validate an index: phrase and qsft runs; a reader reads them)
+    written = " (the run's validation.json.gz)" if isinstance(cfg, TrainingOptions) and cfg.val_questions else ""
     rows = [("trained by", f"`{command}`"),
             ("training data", f"{Path(cfg.train).resolve()}: {run['train_questions']} questions in "
                               f"{run['train_windows']} windows; every {cfg.holdout.every}th article from article "
-                              f"{cfg.holdout.offset} held out (the run's validation.json.gz), seed {cfg.seed}"),
+                              f"{cfg.holdout.offset} held out{written}, seed {cfg.seed}"),
             ("steps", steps), ("time", f"{run['seconds']} s in the training loop"),
             ("device", f"{run['device']}{world}, {run['precision']}")]
     validation = run.get("validation")

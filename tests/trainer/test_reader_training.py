@@ -601,6 +601,7 @@ def test_a_reader_checkpoint_carries_a_model_card_with_its_command_data_steps_an
     assert (f"{tiny_squad.resolve()}: {summary['train_questions']} questions in {summary['train_windows']} windows"
             in card)
     assert "| steps | 1 |" in card and f"| device | {summary['device']}, fp32 |" in card and "reader_config.json" in card
+    assert "validation.json.gz" not in card and not (out / "validation.json.gz").exists()  # (a file it never writes)
     validated = json.loads(card.split("```json\n", 1)[1].split("\n```", 1)[0])
     assert validated == json.loads(json.dumps(summary["validation"]))
 
