@@ -175,14 +175,16 @@ _WEIGHTS = (("model.safetensors", "model.safetensors.index.json", "model-*-of-*.
             ("pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch_model-*-of-*.bin"))
 
 
-def backbone_fingerprint(ref: str) -> str | None:
+def backbone_fingerprint(ref: str, weights: bool = True) -> str | None:
     """What identifies backbone ``ref``'s files (the weights, config and tokenizer files a model loads from it),
     recorded by an index so that a model whose backbone files changed since (another version of its package
     installed, a directory overwritten) is refused: sha256 (first 16 hex digits) over each such file's name, size and
     sha256, as its package records them (pip's RECORD of a ``package:NAME``; a split backbone's upstream digests), as
     a hub cache names its blobs, or else as read (a local directory: once per process and file version). Files a load
     does not read (a README, other weight formats, exports beside the model) are left out: adding or changing them
-    changes no token vector. Nothing is hashed whole that a record names, so a load costs no pass over gigabytes.
+    changes no token vector. ``weights``: whether the backbone's weights count (a LoRA model's checkpoint holds its
+    adapters only; a fully fine-tuned model's holds every weight, which replaces the backbone's, so only its config
+    and tokenizer files count). Nothing is hashed whole that a record names, so a load costs no pass over gigabytes.
     None where the files are not here to identify (a hub id resolved remotely)."""
     name = ref.removeprefix("package:")
     if ref.startswith("package:") and name in SPLIT_BACKBONES:  # (checked against these digests when assembled)
@@ -192,19 +194,19 @@ def backbone_fingerprint(ref: str) -> str | None:
         return None
     recorded = _package_record(name, directory) if ref.startswith("package:") else {}
     return _digest_lines(f"{p.name} {p.stat().st_size} {recorded.get(p.name) or _file_sha256(p)}"
-                         for p in _loaded_files(directory))
+                         for p in _loaded_files(directory, weights))
 
 
-def _loaded_files(directory: Path) -> list[Path]:
-    """The files of model directory ``directory`` that a load reads (``_LOADED``, and the first kind of
-    ``_WEIGHTS`` it holds), by name."""
+def _loaded_files(directory: Path, weights: bool) -> list[Path]:
+    """The files of model directory ``directory`` that a load reads (``_LOADED``, and with ``weights`` the first
+    kind of ``_WEIGHTS`` it holds), by name."""
     files = sorted(p for p in directory.iterdir() if p.is_file())
 
     def named(patterns: Iterable[str]) -> list[Path]:
         return [p for p in files if any(fnmatch.fnmatchcase(p.name, pattern) for pattern in patterns)]
 
-    weights = next((found for kind in _WEIGHTS if (found := named(kind))), [])
-    return sorted(named(_LOADED) + weights)
+    read = next((found for kind in _WEIGHTS if (found := named(kind))), []) if weights else []
+    return sorted(named(_LOADED) + read)
 
 
 def _digest_lines(lines: Iterable[str]) -> str:

@@ -233,7 +233,7 @@ class Manifest:
             diffs.append(f"phrase-encoder weights: index {self.phrase_fingerprint or self.model_fingerprint} "
                          f"vs model {phrase_fingerprint if self.phrase_fingerprint else fingerprint}")
         elif self.backbone_fingerprint is not None and built.backbone == config.backbone:  # (else named above)
-            now = backbone_fingerprint(config.backbone)
+            now = backbone_fingerprint(config.backbone, weights=config.weights == "lora")
             if now is not None and now != self.backbone_fingerprint:
                 diffs.append(f"backbone files of {config.backbone}: index {self.backbone_fingerprint} vs now {now}, "
                              "changed since the build (another version installed or written there)")

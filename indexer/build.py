@@ -431,7 +431,8 @@ def _build_locked(corpus: Path, model: str | Path, model_dir: Path, out: Path, o
         "passages": stats.paragraphs, "tokens": n_tokens, "indexed_tokens": indexed,
         "filter_threshold": opts.filter_threshold, "build_seconds": round(time.time() - t_start, 2),
         "phrase_fingerprint": phrase_fingerprint(model_dir), "lexical": lexical, "fine_store": fine_store,
-        "backbone_fingerprint": backbone_fingerprint(phrase_model.config.backbone),
+        "backbone_fingerprint": backbone_fingerprint(phrase_model.config.backbone,
+                                                     weights=phrase_model.config.weights == "lora"),
     })
     return finished(out, manifest)
 

@@ -70,3 +70,31 @@ def test_files_a_load_does_not_read_neither_refuse_the_model_nor_are_read(tiny_i
         f.write("\n")
     with pytest.raises(IndexFormatError, match="backbone files of"):
         manifest.check_model(config, manifest.model_fingerprint, manifest.phrase_fingerprint)
+
+
+def test_a_fully_fine_tuned_model_is_refused_for_its_backbone_s_tokenizer_not_its_weights(tiny_backbone, tiny_config,
+                                                                                         tmp_path):
+    """A fully fine-tuned model's checkpoint holds every weight, which replaces the backbone's on load: other backbone
+    weights give the same token vectors (they were refused all the same), another tokenizer does not."""
+    from spanseek.core.loading import check_index_model
+    from spanseek.core.model import CONFIG_NAME, PhraseModel
+    from spanseek.core.phrase_index import PhraseIndex
+    from spanseek.indexer.build import BuildOptions, build_index
+
+    backbone = shutil.copytree(tiny_backbone, tmp_path / "backbone")
+    model = PhraseModel(dataclasses.replace(tiny_config, backbone=str(backbone), weights="full")).save(tmp_path / "full")
+    config = EncoderConfig.load(model / CONFIG_NAME)
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"id": "a", "title": "A", "paragraphs": ["Paris is the capital of France."]}\n',
+                      encoding="utf-8")
+    build_index(corpus, model, tmp_path / "index", BuildOptions(progress=False, precision="fp32"))
+    index = PhraseIndex(tmp_path / "index")
+    weights = backbone / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    check_index_model(index, model, config)  # served: the checkpoint's weights replace the backbone's
+    with open(backbone / "tokenizer.json", "a", encoding="utf-8") as f:
+        f.write("\n")
+    with pytest.raises(IndexFormatError, match="backbone files of"):
+        check_index_model(index, model, config)
