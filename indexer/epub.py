@@ -7,7 +7,8 @@ reading order (those marked ``linear="no"``, such as endnotes, in their place to
 blocks are (``markup.html_blocks``: headings open sections, a table row is one paragraph named by its header row,
 text a browser hides and ``<del>`` text left out), every block of it: an e-book's documents hold no site navigation
 to drop. The navigation document (EPUB 3's ``nav``; the table of contents and the cover page that EPUB 2's guide or
-EPUB 3's landmarks name) is not read as text. Each paragraph carries ``chapter``, its document's number in reading
+EPUB 3's landmarks name) is not read as text, unless the table of contents leads to another place in that document
+(a book in one document whose contents open it). Each paragraph carries ``chapter``, its document's number in reading
 order from 1 (counting the spine's documents but those not read as text), and ``section``, its heading path there
 (before any heading of its document, the document's title in the book's table of contents: EPUB 3's navigation
 document, else EPUB 2's NCX), so a passage never mixes two chapters. The OPF's Dublin Core metadata gives the document's ``title`` (the main title where EPUB 3 marks one), its
@@ -119,27 +120,39 @@ def _href(base: str, href: str) -> str:
     return posixpath.normpath(posixpath.join(posixpath.dirname(base), unquote(urlsplit(href).path)))
 
 
+def _place(base: str, href: str) -> tuple[str, str]:
+    """(the archive path, the fragment) an href relative to the part at ``base`` leads to."""
+    return _href(base, href), urlsplit(href).fragment
+
+
 def _spine_documents(package: Package, opf: Any, opf_name: str) -> tuple[list[str], dict[str, str]]:
     """The archive paths of the spine's XHTML documents in reading order, but the navigation document and the pages
-    the guide or the landmarks name as the cover or the table of contents; and the documents' titles in the table of
+    the guide or the landmarks name as the cover or the table of contents (unless the table of contents leads to
+    another place in one: a book in one document whose contents open it); and the documents' titles in the table of
     contents (EPUB 3's navigation document, else EPUB 2's NCX), each document's first entry's."""
     items = {item.get("id"): item for item in opf.iterfind(f"{_OPF}manifest/{_OPF}item")}
-    skipped = {_href(opf_name, ref.get("href", "")) for ref in opf.iterfind(f"{_OPF}guide/{_OPF}reference")
-               if ref.get("type", "").lower() in _NOT_TEXT}
-    titles: dict[str, str] = {}
+    named = [_place(opf_name, ref.get("href", "")) for ref in opf.iterfind(f"{_OPF}guide/{_OPF}reference")
+             if ref.get("type", "").lower() in _NOT_TEXT]  # (document, place in it) of the cover and contents pages
+    skipped: set[str] = set()
+    contents: list[tuple[str, str, str]] = []  # the table of contents: (document, place in it, title) each entry
     for item in items.values():
         if "nav" in (item.get("properties") or "").split():
             nav = _href(opf_name, item.get("href", ""))
             skipped.add(nav)
-            for kind, types, target, text in _nav_links(package, nav):
+            for kind, types, href, text in _nav_links(package, nav):
                 if kind == "landmarks" and _NOT_TEXT.intersection(types):
-                    skipped.add(target)
-                elif kind == "toc" and text:
-                    titles.setdefault(target, text)
+                    named.append(_place(nav, href))
+                elif kind == "toc":
+                    contents.append((*_place(nav, href), text))
     spine = opf.find(f"{_OPF}spine")
     ncx = items.get(spine.get("toc") if spine is not None else None)
-    if not titles and ncx is not None and ncx.get("href"):  # EPUB 2's table of contents
-        titles = _ncx_titles(package, _href(opf_name, ncx.get("href")))
+    if not contents and ncx is not None and ncx.get("href"):  # EPUB 2's table of contents
+        contents = _ncx_entries(package, _href(opf_name, ncx.get("href")))
+    skipped |= {name for name, place in named if not any(n == name and p != place for n, p, _ in contents)}
+    titles: dict[str, str] = {}
+    for name, _, text in contents:
+        if text:
+            titles.setdefault(name, text)
     documents = []
     for ref in opf.iterfind(f"{_OPF}spine/{_OPF}itemref"):
         item = items.get(ref.get("idref"))
@@ -164,22 +177,20 @@ def _navigation_xml(package: Package, name: str) -> Any:
 
 def _nav_links(package: Package, nav: str) -> list[tuple[str, list[str], str, str]]:
     """The links of the navigation document's ``<nav>`` lists: (the list's epub:type, "toc" or "landmarks"; the
-    link's epub:types; the document it leads to; its text)."""
+    link's epub:types; its href, relative to the navigation document; its text)."""
     root = _navigation_xml(package, nav)
-    return [(kind, (a.get(f"{_OPS}type") or "").split(), _href(nav, a.get("href", "")), _text(a))
+    return [(kind, (a.get(f"{_OPS}type") or "").split(), a.get("href", ""), _text(a))
             for section in (root.iter("{*}nav") if root is not None else ())
             for kind in (section.get(f"{_OPS}type") or "").split() for a in section.iter("{*}a")]
 
 
-def _ncx_titles(package: Package, ncx: str) -> dict[str, str]:
-    """The documents' titles in an EPUB 2 NCX (its navPoints' labels, each document's first)."""
-    titles: dict[str, str] = {}
+def _ncx_entries(package: Package, ncx: str) -> list[tuple[str, str, str]]:
+    """The entries of an EPUB 2 NCX, its navPoints: (the document, the place in it, the label)."""
     root = _navigation_xml(package, ncx)
-    for point in root.iter("{*}navPoint") if root is not None else ():
-        label, content = point.find("{*}navLabel/{*}text"), point.find("{*}content")
-        if label is not None and content is not None and (text := _text(label)):
-            titles.setdefault(_href(ncx, content.get("src", "")), text)
-    return titles
+    return [(*_place(ncx, content.get("src", "")), _text(label) if label is not None else "")
+            for point in (root.iter("{*}navPoint") if root is not None else ())
+            if (content := point.find("{*}content")) is not None
+            for label in [point.find("{*}navLabel/{*}text")]]
 
 
 def _read_document(package: Package, path: Path, name: str) -> Any:

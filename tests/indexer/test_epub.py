@@ -79,6 +79,20 @@ def write_epub(path: Path, chapters: dict[str, str] | None = None, spine: list[s
     return path
 
 
+def with_ncx(path: Path, label: str, src: str) -> Path:
+    """An EPUB 2 book at ``path`` given an NCX (its table of contents) of one entry, ``label`` leading to ``src``."""
+    ncx = ('<ncx xmlns="http://www.daisy.org/z3986/2005/ncx/" version="2005-1"><navMap><navPoint id="p1"><navLabel>'
+           f'<text>{label}</text></navLabel><content src="{src}"/></navPoint></navMap></ncx>')
+    with zipfile.ZipFile(path) as z:
+        parts = {n: z.read(n) for n in z.namelist()}
+    parts["OEBPS/toc.ncx"] = ncx.encode()
+    parts["OEBPS/content.opf"] = parts["OEBPS/content.opf"].replace(b"<spine>", b'<spine toc="ncx">').replace(
+        b"</manifest>", b'<item id="ncx" href="toc.ncx" media-type="application/x-dtbncx+xml"/></manifest>')
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in parts.items():
+            z.writestr(name, data)
+    return path
+
 def test_the_spine_reads_in_order_with_chapters_sections_and_the_opf_metadata(tmp_path):
     """The spine's order, not the manifest's; each document's headings, tables, hidden text and footnotes as an HTML
     file's; the nav document and the cover the landmarks name not read; the main title, the author (not the
@@ -238,14 +252,24 @@ def test_a_chapter_without_headings_takes_its_title_in_the_table_of_contents(tmp
     ext = extract_epub(write_epub(tmp_path / "three.epub", chapters, nav=nav))
     assert ext.paragraph_meta[:2] == [{"chapter": 1, "section": "The bridge"}] * 2
     assert ext.paragraph_meta[2] == {"chapter": 2, "section": "The church"}
-    ncx = ('<ncx xmlns="http://www.daisy.org/z3986/2005/ncx/" version="2005-1"><navMap><navPoint id="p1"><navLabel>'
-           '<text>Book One: The Bridge</text></navLabel><content src="text/ch1.xhtml"/></navPoint></navMap></ncx>')
-    path = write_epub(tmp_path / "two.epub", chapters, nav=None, parts={"OEBPS/toc.ncx": ncx})
-    with zipfile.ZipFile(path) as z:
-        parts = {n: z.read(n) for n in z.namelist()}
-    parts["OEBPS/content.opf"] = parts["OEBPS/content.opf"].replace(b"<spine>", b'<spine toc="ncx">').replace(
-        b"</manifest>", b'<item id="ncx" href="toc.ncx" media-type="application/x-dtbncx+xml"/></manifest>')
-    with zipfile.ZipFile(path, "w") as z:
-        for name, data in parts.items():
-            z.writestr(name, data)
+    path = with_ncx(write_epub(tmp_path / "two.epub", chapters, nav=None), "Book One: The Bridge", "text/ch1.xhtml")
     assert extract_epub(path).paragraph_meta[0] == {"chapter": 1, "section": "Book One: The Bridge"}
+
+
+def test_a_book_in_one_document_whose_contents_open_it_is_read(tmp_path):
+    """The guide (EPUB 2) or the landmarks (EPUB 3) name the contents at the head of the book's one document
+    (``book.xhtml#toc``), and the table of contents leads to its chapters further on: the document is read, not left
+    out as a contents page."""
+    book = {"text/book.xhtml": page('<h1 id="toc">Contents</h1><p>The bridge</p><h1 id="c1">The bridge</h1>'
+                                    "<p>In 1450 Gala built the harbour bridge.</p>")}
+    guide = '<guide><reference type="toc" title="Contents" href="text/book.xhtml#toc"/></guide>'
+    nav = NAV.replace("text/ch1.xhtml", "text/book.xhtml#c1").replace(
+        'epub:type="cover" href="text/cover.xhtml"', 'epub:type="toc" href="text/book.xhtml#toc"')
+    ext = extract_epub(write_epub(tmp_path / "three.epub", book, nav=nav))
+    assert ext.paragraphs[-1] == "In 1450 Gala built the harbour bridge." and ext.meta["chapters"] == 1
+    path = with_ncx(write_epub(tmp_path / "two.epub", book, nav=None, guide=guide), "The bridge", "text/book.xhtml#c1")
+    assert extract_epub(path).paragraphs[-1] == "In 1450 Gala built the harbour bridge."
+    # a contents page of its own, the table of contents leading past it, is still left out
+    ext = extract_epub(write_epub(tmp_path / "toc.epub", book | {"text/ch1.xhtml": CHAPTERS["text/ch1.xhtml"]},
+                                  nav=None, guide=guide.replace("book.xhtml#toc", "book.xhtml")))
+    assert "Contents" not in ext.paragraphs and ext.meta["chapters"] == 1
