@@ -46,8 +46,10 @@ _FONT_OBFUSCATION = {"http://www.idpf.org/2008/embedding", "http://ns.adobe.com/
 _DOCUMENTS = {"application/xhtml+xml", "text/html"}  # the spine's media types read as text (not SVG, images)
 _NOT_TEXT = {"cover", "toc"}  # the guide's and landmarks' types of the documents not read as text
 # an XHTML document's declared encoding (its XML declaration's), and a DOCTYPE's internal subset (entity
-# declarations, which the HTML reader would end at their first ">" and read the rest of as text)
+# declarations, which the HTML reader would end at their first ">" and read the rest of as text), tried at the
+# document's first DOCTYPE only: searched for, it took time growing with the square of a document of "<!DOCTYPE x ["s
 _XML_ENCODING = re.compile(rb"""^<\?xml[^>]*?encoding\s*=\s*["']([A-Za-z0-9._:-]+)["']""")
+_DOCTYPE = re.compile(r"<!DOCTYPE", re.IGNORECASE)
 _INTERNAL_SUBSET = re.compile(r"<!DOCTYPE[^\[>]*\[[^\]]*\]\s*>", re.IGNORECASE)
 
 
@@ -212,7 +214,14 @@ def _read_document(package: Package, path: Path, name: str) -> Any:
         why = f"byte 0x{data[e.start]:02x} at offset {e.start}" if isinstance(e, UnicodeDecodeError) else "unknown"
         log.warning("%s: its part %s is not valid %s (%s); the rest of it is read", path, name, encoding, why)
         return None
-    return html_blocks(_INTERNAL_SUBSET.sub("", text, count=1))
+    return html_blocks(_without_internal_subset(text))
+
+
+def _without_internal_subset(text: str) -> str:
+    """An XHTML document without its DOCTYPE's internal subset (``_INTERNAL_SUBSET``), if it has one."""
+    doctype = _DOCTYPE.search(text)
+    subset = _INTERNAL_SUBSET.match(text, doctype.start()) if doctype else None
+    return text[:subset.start()] + text[subset.end():] if subset else text
 
 
 def _text(element: Any) -> str:
