@@ -279,7 +279,12 @@ class _OdfText:
                 column += span if repeated == 1 else repeated  # (empty cells repeated to the table's edge)
             grid.append(cells)
             extras.append(row_extras)
-        width = max((end for cells in grid for _, end, _ in cells), default=0)
+        # the columns renumbered to those a cell starts or ends at: a few bytes repeat or merge a cell over 99,999
+        # columns, and a list of the names of every column took gigabytes for a file of a few kilobytes
+        edges = {edge: i for i, edge in enumerate(sorted({e for cells in grid for start, end, _ in cells
+                                                          for e in (start, end)}))}
+        grid = [[(edges[start], edges[end], text) for start, end, text in cells] for cells in grid]
+        width = max(len(edges) - 1, 0)
         names = header_names(grid[:heads], width) if heads else [""] * width
         for cells, row_extras in zip(grid[heads:], extras[heads:], strict=True):
             self.sections.add(row_text([text for _, _, text in cells], [names[start] for start, _, _ in cells]))
