@@ -27,6 +27,7 @@ EXTRA_OF_MODULE = {
     "docx": "index",
     "pptx": "index",
     "pysbd": "index",
+    "lxml": "index",
     "httpx": "client",
     "tenacity": "client",
     "ray": "ray",

@@ -138,15 +138,14 @@ def test_importing_the_client_without_its_extra_names_the_extra(monkeypatch):
     monkeypatch.delitem(sys.modules, "spanseek.client", raising=False)  # the next import is the real one again
 
 
-def test_core_needs_only_the_base_set():
-    """Every third-party module ``core`` imports (at any depth: the lazy imports too) comes with a plain install:
-    its distribution is a base requirement, not an extra's."""
+def third_party_imports(folder: str) -> dict[str, tuple[str, set[str]]]:
+    """Every third-party module a folder's modules import (at any depth: the lazy imports too), with where it is
+    first imported and the distributions that install it here."""
     import ast
 
-    base = {normalised(r) for r in PYPROJECT["project"]["dependencies"]}
     providers = importlib.metadata.packages_distributions()
-    outside = {}
-    for path in sorted((ROOT / "core").glob("*.py")):
+    found: dict[str, tuple[str, set[str]]] = {}
+    for path in sorted((ROOT / folder).glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
@@ -155,11 +154,28 @@ def test_core_needs_only_the_base_set():
             else:
                 continue
             for top in {n.split(".")[0] for n in names} - set(sys.stdlib_module_names) - {"spanseek", "__future__"}:
-                dists = {normalised(d) for d in providers.get(top, [top])}
-                if not dists & base:
-                    outside.setdefault(top, f"{path.name}:{node.lineno} ({', '.join(sorted(dists))})")
+                found.setdefault(top, (f"{path.name}:{node.lineno}", {normalised(d) for d in providers.get(top, [top])}))
+    return found
+
+
+def test_core_needs_only_the_base_set():
+    """Every third-party module ``core`` imports (at any depth: the lazy imports too) comes with a plain install:
+    its distribution is a base requirement, not an extra's."""
+    base = {normalised(r) for r in PYPROJECT["project"]["dependencies"]}
+    outside = {top: f"{where} ({', '.join(sorted(dists))})" for top, (where, dists) in third_party_imports("core").items()
+               if not dists & base}
     assert outside == {}
 
+
+def test_every_module_the_indexer_imports_is_declared():
+    """Every third-party module ``indexer`` imports is a base requirement or one of the extra that the missing-extra
+    messages name for it (``EXTRA_OF_MODULE``), never one that only arrives as another package's dependency."""
+    base = {normalised(r) for r in PYPROJECT["project"]["dependencies"]}
+    extras = {name: {normalised(r) for r in reqs} for name, reqs in PYPROJECT["project"]["optional-dependencies"].items()}
+    undeclared = {top: f"{where} ({', '.join(sorted(dists))})" for top, (where, dists)
+                  in third_party_imports("indexer").items()
+                  if not dists & (base | extras.get(EXTRA_OF_MODULE.get(top, ""), set()))}
+    assert undeclared == {}
 
 FAKE_PIP = """#!/bin/sh
 # pip as `make install` calls it: each call logged; the +cpu torch found only where the test says it is
