@@ -335,7 +335,7 @@ def _refuse_password(package: Package) -> None:
         return
     for entry in package.xml(name).iter(f"{_MANIFEST}file-entry"):
         if entry.get(f"{_MANIFEST}full-path") == "content.xml" and entry.find(f"{_MANIFEST}encryption-data") is not None:
-            raise Unreadable(f"a password-protected {KIND} (its content.xml is encrypted); remove the password (in "
+            raise Unreadable(f"a password-protected {package.kind} (its content.xml is encrypted); remove the password (in "
                              "LibreOffice: File > Properties > General, or save a copy without it) and ingest the result")
 
 

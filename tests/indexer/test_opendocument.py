@@ -208,6 +208,14 @@ def write_odp(path: Path, slides: str = SLIDES) -> Path:
                      meta="<office:meta><dc:language>en</dc:language></office:meta>")
 
 
+def test_a_password_protected_presentation_is_named_as_one(tmp_path):
+    locked = write_odt(tmp_path / "locked.odp", manifest='<manifest:file-entry manifest:full-path="content.xml">'
+                       '<manifest:encryption-data/></manifest:file-entry>', content="\x93binary",
+                       mimetype="application/vnd.oasis.opendocument.presentation")
+    with pytest.raises(Unreadable, match=r"^a password-protected OpenDocument presentation \(.odp\) file \(its "):
+        extract_odp(locked)
+
+
 def test_slides_read_title_first_then_shapes_top_to_bottom_then_notes_with_their_slide(tmp_path):
     """As a .pptx is read: the title, the other shapes top to bottom and left to right (a group's in its place), list
     items after their numbers, a table's rows named by its header row, the speaker's notes last; the slide number
