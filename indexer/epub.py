@@ -155,15 +155,15 @@ def _spine_documents(package: Package, opf: Any, opf_name: str) -> tuple[list[st
     for name, _, text in contents:
         if text:
             titles.setdefault(name, text)
-    documents = []
+    documents: dict[str, None] = {}  # (a dict: each document once, in order, found in constant time)
     for ref in opf.iterfind(f"{_OPF}spine/{_OPF}itemref"):
         item = items.get(ref.get("idref"))
         if item is None or item.get("media-type") not in _DOCUMENTS or not item.get("href"):
             continue
         name = _href(opf_name, item.get("href"))
-        if name not in skipped and name not in documents:
-            documents.append(name)
-    return documents, titles
+        if name not in skipped:
+            documents[name] = None
+    return list(documents), titles
 
 
 def _navigation_xml(package: Package, name: str) -> Any:
