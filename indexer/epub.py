@@ -30,7 +30,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from spanseek.indexer.extracted import Extracted, Unreadable
-from spanseek.indexer.markup import html_blocks
+from spanseek.indexer.markup import html_blocks, text_codec
 from spanseek.indexer.packaged import Package, xml_of
 
 log = logging.getLogger(__name__)
@@ -207,12 +207,18 @@ def _read_document(package: Package, path: Path, name: str) -> Any:
         encoding = "utf-16"
     else:
         declared = _XML_ENCODING.match(data.lstrip(codecs.BOM_UTF8))
-        encoding = declared.group(1).decode("ascii") if declared else "utf-8-sig"
+        encoding = declared.group(1).decode("ascii") if declared else "utf-8"
     try:
-        text = data.decode("utf-8-sig" if encoding.lower() in ("utf-8", "utf8") else encoding)
-    except (UnicodeDecodeError, LookupError) as e:
-        why = f"byte 0x{data[e.start]:02x} at offset {e.start}" if isinstance(e, UnicodeDecodeError) else "unknown"
-        log.warning("%s: its part %s is not valid %s (%s); the rest of it is read", path, name, encoding, why)
+        codec = text_codec(encoding)
+    except LookupError:
+        log.warning("%s: its part %s declares the encoding %r, which is no character encoding this reader knows; the "
+                    "rest of it is read", path, name, encoding)
+        return None
+    try:
+        text = data.decode("utf-8-sig" if codec == "utf-8" else codec)
+    except UnicodeDecodeError as e:
+        log.warning("%s: its part %s is not valid %s (byte 0x%02x at offset %d); the rest of it is read", path, name,
+                    encoding, data[e.start], e.start)
         return None
     return html_blocks(_without_internal_subset(text))
 

@@ -110,7 +110,7 @@ from spanseek.indexer.chunking import ChunkOptions, TokenCounter, chunk_sections
 from spanseek.indexer.documents import extract_pdf
 from spanseek.indexer.epub import extract_epub
 from spanseek.indexer.extracted import Extracted, IngestError, Unreadable
-from spanseek.indexer.markup import LINE_END, extract_html, extract_markdown
+from spanseek.indexer.markup import LINE_END, extract_html, extract_markdown, text_codec
 from spanseek.indexer.opendocument import extract_odp, extract_odt
 from spanseek.indexer.pdf_layout import dehyphenate
 from spanseek.indexer.slides import extract_pptx
@@ -182,8 +182,6 @@ _BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (code
 _HTML_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)""", re.IGNORECASE)
 # labels browsers read as another encoding (the WHATWG Encoding Standard): Latin-1 and ASCII pages are windows-1252
 _HTML_ALIASES = {"iso-8859-1": "cp1252", "latin1": "cp1252", "us-ascii": "cp1252", "ascii": "cp1252"}
-# codecs Python knows that no web page is written in (they would turn the page into other text)
-_NOT_CHARSETS = {"unicode-escape", "raw-unicode-escape", "utf-7", "punycode", "idna", "rot-13", "undefined"}
 
 
 def _nul_problem(data: str | bytes, what: str) -> str:
@@ -214,15 +212,13 @@ def _decode(path: Path, html: bool = False) -> tuple[str | None, str]:
         return None, why
     label = declared.group(1).decode("ascii").lower()
     try:
-        codec = codecs.lookup(_HTML_ALIASES.get(label, label))
+        codec = text_codec(_HTML_ALIASES.get(label, label))
     except LookupError:
-        codec = None
-    if codec is None or not getattr(codec, "_is_text_encoding", True) or codec.name in _NOT_CHARSETS:
         return None, f"{why} (it declares charset {label!r}, which is no character encoding this reader knows)"
     try:
-        return data.decode(codec.name), ""
+        return data.decode(codec), ""
     except UnicodeDecodeError as e:
-        if codec.name == "cp1252":  # the five bytes windows-1252 leaves undefined: Latin-1's control characters
+        if codec == "cp1252":  # the five bytes windows-1252 leaves undefined: Latin-1's control characters
             return data.decode("latin-1"), ""
         return None, f"not valid {label} as it declares (byte 0x{data[e.start]:02x} at offset {e.start})"
 

@@ -10,6 +10,7 @@ paragraph of its lines, and each paragraph has its heading path (``Sections``).
 
 from __future__ import annotations
 
+import codecs
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -24,6 +25,19 @@ from spanseek.indexer.html_reader import HTMLText
 from spanseek.indexer.markdown_render import markdown_parser, markdown_parts, render_markdown
 
 LINE_END = re.compile(r"\r\n?")  # Windows and old Mac line ends, made "\n" before Markdown and text are read
+# codecs Python knows that no web page or e-book is written in (they would turn the page into other text, or stop
+# on it with an error of their own)
+_NOT_CHARSETS = {"unicode-escape", "raw-unicode-escape", "utf-7", "punycode", "idna", "rot-13", "undefined"}
+
+
+def text_codec(label: str) -> str:
+    """The name of the Python codec of the character encoding an HTML page or an XHTML document declares (``label``:
+    a ``<meta charset>``'s, an XML declaration's); LookupError where it names none Python knows, or a codec that is
+    no character encoding of documents (``_NOT_CHARSETS``, base64 and the other bytes-to-bytes ones)."""
+    codec = codecs.lookup(label)
+    if not getattr(codec, "_is_text_encoding", True) or codec.name in _NOT_CHARSETS:
+        raise LookupError(f"{label!r} is no character encoding of documents")
+    return codec.name
 
 
 def extract_html(source: str, where: str = "<html>") -> Extracted:

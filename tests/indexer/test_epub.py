@@ -304,3 +304,16 @@ def test_a_spine_of_many_documents_reads_in_time_linear_in_its_length(tmp_path, 
     ext = extract_epub(path)
     assert time.process_time() - start < 1
     assert ext.paragraphs == ["Seventh."] and ext.paragraph_meta == [{"chapter": 8}] and ext.meta["chapters"] == count
+
+
+def test_a_chapter_declaring_no_character_encoding_is_named_and_the_rest_of_the_book_is_read(tmp_path, caplog):
+    """A chapter whose XML declaration names a codec that is no character encoding of documents ("undefined", which
+    raised an error that stopped the whole run; "unicode_escape", which read its escapes as markup) is left out with
+    a warning naming it, as an HTML page declaring one is skipped."""
+    for codec in ("undefined", "unicode_escape", "base64"):
+        chapters = {**CHAPTERS, "text/ch3.xhtml": page(r"<p>\x3cscript\x3e</p>").replace("utf-8", codec)}
+        with caplog.at_level(logging.WARNING):
+            ext = extract_epub(write_epub(tmp_path / f"{codec}.epub", chapters))
+        assert ext.paragraphs[-1] == "1. Rebuilt in 1702." and {m["chapter"] for m in ext.paragraph_meta} == {1, 2}
+        assert (f"its part OEBPS/text/ch3.xhtml declares the encoding {codec!r}, which is no character encoding this "
+                "reader knows; the rest of it is read") in caplog.text
