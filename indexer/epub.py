@@ -27,7 +27,7 @@ import posixpath
 import re
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 from spanseek.indexer.extracted import Extracted, Unreadable
 from spanseek.indexer.markup import html_blocks, text_codec
@@ -119,12 +119,15 @@ def _package_document(package: Package) -> str:
 
 def _href(base: str, href: str) -> str:
     """A path in the archive from an href relative to the part at ``base`` (its fragment dropped, %-escapes read)."""
-    return posixpath.normpath(posixpath.join(posixpath.dirname(base), unquote(urlsplit(href).path)))
+    return _place(base, href)[0]
 
 
 def _place(base: str, href: str) -> tuple[str, str]:
-    """(the archive path, the fragment) an href relative to the part at ``base`` leads to."""
-    return _href(base, href), urlsplit(href).fragment
+    """(the archive path, the fragment) an href relative to the part at ``base`` leads to: its query and fragment cut
+    off by hand, as urlsplit raises ValueError on an href such as "//[x/ch1.xhtml" (no path in the archive either)."""
+    path, _, fragment = href.partition("#")
+    path = path.partition("?")[0]
+    return posixpath.normpath(posixpath.join(posixpath.dirname(base), unquote(path))), fragment
 
 
 def _spine_documents(package: Package, opf: Any, opf_name: str) -> tuple[list[str], dict[str, str]]:

@@ -317,3 +317,15 @@ def test_a_chapter_declaring_no_character_encoding_is_named_and_the_rest_of_the_
         assert ext.paragraphs[-1] == "1. Rebuilt in 1702." and {m["chapter"] for m in ext.paragraph_meta} == {1, 2}
         assert (f"its part OEBPS/text/ch3.xhtml declares the encoding {codec!r}, which is no character encoding this "
                 "reader knows; the rest of it is read") in caplog.text
+
+
+def test_a_malformed_link_in_the_guide_the_navigation_or_the_manifest_is_a_missing_document(tmp_path, caplog):
+    """An href urlsplit refuses ("//[x/toc.xhtml": ValueError, which stopped the whole run) leads to no document of
+    the archive: the book is read without it."""
+    guide = '<guide><reference type="toc" href="//[x/toc.xhtml"/></guide>'
+    nav = NAV.replace('href="text/ch1.xhtml"', 'href="//[x#c1"')
+    chapters = {**CHAPTERS, "//[x?.xhtml": page("<p>Never read.</p>")}
+    with caplog.at_level(logging.WARNING):
+        ext = extract_epub(write_epub(tmp_path / "links.epub", chapters, guide=guide, nav=nav))
+    assert ext.paragraphs[:2] == ["The bridge", "In 1450 Gala built the harbour bridge."]
+    assert "Never read." not in ext.paragraphs and "it has no part //[x; the rest of it is read" in caplog.text
