@@ -178,9 +178,9 @@ def decompression_bomb(packed: int, size: int) -> str | None:
     return None
 
 
-# the OpenDocument files from-files reads, by their mimetype: the suffix to give one named as another kind of file
-_OPENDOCUMENT_SUFFIXES = {"application/vnd.oasis.opendocument.text": ".odt",
-                          "application/vnd.oasis.opendocument.presentation": ".odp"}
+# the zip packages from-files reads, by their mimetype part: the suffix to give one named as another kind of file
+PACKAGE_SUFFIXES = {"application/epub+zip": ".epub", "application/vnd.oasis.opendocument.text": ".odt",
+                    "application/vnd.oasis.opendocument.presentation": ".odp"}
 OLE = b"\xd0\xcf\x11\xe0"  # how an OLE (Compound File) file starts: an old .doc or .ppt, or an encrypted .docx or .pptx
 
 
@@ -207,9 +207,11 @@ def not_office_file(path: Path, e: Exception, app: str, suffix: str, old: str) -
                 mimetype = z.read("mimetype") if "mimetype" in z.namelist() else b""
         except Exception as damaged:  # the zip reader raises many types on a damaged member (a bad CRC, bad data)
             return f"not a readable {kind}: its zip archive is damaged ({error_text(damaged)})"
+        if mimetype == b"application/epub+zip":
+            return f"an EPUB e-book, not a {kind}; rename it to .epub"
         if mimetype.startswith(b"application/vnd.oasis.opendocument"):
             declared = mimetype.decode("ascii", "replace")
-            own = _OPENDOCUMENT_SUFFIXES.get(declared)  # one from-files reads under its own suffix
+            own = PACKAGE_SUFFIXES.get(declared)  # one from-files reads under its own suffix
             todo = f"rename it to {own}" if own else f"save it as {suffix} (in LibreOffice, or {convert})"
             return f"an OpenDocument file ({declared}), not a {kind}; {todo}"
         if isinstance(e, ValueError) and "content type is" in str(e):  # another Office file (a workbook, ...)

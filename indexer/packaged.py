@@ -12,7 +12,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from spanseek.indexer.extracted import OLE, Unreadable, error_text, zip_bomb
+from spanseek.indexer.extracted import OLE, PACKAGE_SUFFIXES, Unreadable, error_text, zip_bomb
 
 # what a package's ``mimetype`` says it is
 _KINDS = {"application/epub+zip": "an EPUB e-book (.epub)",
@@ -49,7 +49,8 @@ class Package:
             if declared != mimetype:
                 what = _KINDS.get(declared) or (f"an OpenDocument file ({declared})" if declared.startswith(
                     "application/vnd.oasis.opendocument") else f"a package of type {declared!r}")
-                raise Unreadable(f"{what}, not an {kind}")
+                own = PACKAGE_SUFFIXES.get(declared)  # one from-files reads under its own suffix
+                raise Unreadable(f"{what}, not an {kind}" + (f"; rename it to {own}" if own else ""))
         elif "[Content_Types].xml" in self.names:
             raise Unreadable(f"an Office Open XML file (Word, PowerPoint or Excel), not an {kind}; rename it to its "
                              "own suffix (.docx, .pptx)")

@@ -195,7 +195,7 @@ def test_damaged_books_and_other_files_renamed_are_named_with_what_is_wrong(tmp_
     with zipfile.ZipFile(tmp_path / "odt.epub", "w") as z:
         z.writestr("mimetype", "application/vnd.oasis.opendocument.text")
     assert why("odt.epub", (tmp_path / "odt.epub").read_bytes()) == (
-        "an OpenDocument text (.odt), not an EPUB (.epub) file")
+        "an OpenDocument text (.odt), not an EPUB (.epub) file; rename it to .odt")
 
 
 def test_a_missing_or_undecodable_chapter_is_named_and_the_rest_of_the_book_is_read(tmp_path, caplog):

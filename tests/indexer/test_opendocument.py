@@ -230,7 +230,8 @@ def test_slides_read_title_first_then_shapes_top_to_bottom_then_notes_with_their
     report = from_files([tmp_path], tmp_path / "c.jsonl")
     (doc,) = list(read_corpus(tmp_path / "c.jsonl"))
     assert report.documents == 1 and doc.id == "talk.odp" and {m["slide"] for m in doc.passage_meta} == {1, 2}
-    with pytest.raises(Unreadable, match=r"an OpenDocument text \(\.odt\), not an OpenDocument presentation"):
+    with pytest.raises(Unreadable, match=r"^an OpenDocument text \(\.odt\), not an OpenDocument presentation \(\.odp\) "
+                       r"file; rename it to \.odt$"):
         extract_odp(write_odt(tmp_path / "text.odp"))
 
 

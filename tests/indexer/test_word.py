@@ -246,6 +246,9 @@ def test_a_file_that_is_no_docx_is_named_for_what_it_is(tmp_path, caplog):
     with zipfile.ZipFile(files / "notes.docx", "w") as z:
         z.writestr("mimetype", "application/vnd.oasis.opendocument.text")
         z.writestr("content.xml", "<x/>")
+    with zipfile.ZipFile(files / "novel.docx", "w") as z:
+        z.writestr("mimetype", "application/epub+zip")
+        z.writestr("META-INF/container.xml", "<container/>")
     (files / "old.doc").write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(504))
     with caplog.at_level(logging.WARNING):
         report = from_files([files], tmp_path / "c.jsonl")
@@ -258,6 +261,7 @@ def test_a_file_that_is_no_docx_is_named_for_what_it_is(tmp_path, caplog):
         "cut.docx": "not a readable Word (.docx) file: its zip archive is truncated or damaged",
         "notes.docx": "an OpenDocument file (application/vnd.oasis.opendocument.text), not a Word (.docx) file; "
                       "rename it to .odt",
+        "novel.docx": "an EPUB e-book, not a Word (.docx) file; rename it to .epub",
         "old.doc": "an old Word (.doc) file, which from-files does not read; save it as .docx (in Word, or "
                    "`soffice --headless --convert-to docx FILE`) and ingest the result",
     }
