@@ -7,8 +7,8 @@
 opening a section at their outline level: ``extracted.Sections``), list items after the number or bullet their list
 style shows ("2. Configure", "1.2 Scope", "• Item"), the rows of tables (one paragraph each, the cells named by the
 header rows: "Route: Kellerton to Kirkwall; Departure: 09:15"; a cell merged over rows in each of them) and the
-contents of sections; a paragraph's footnotes, endnotes and text boxes follow it as paragraphs of their own. Left out:
-generated indexes (a table of contents, an alphabetical index), tracked deletions, comments, hidden paragraphs and
+contents of sections; a paragraph's footnotes, endnotes, text boxes and shapes' text follow it as paragraphs of
+their own. Left out: generated indexes (a table of contents, an alphabetical index), tracked deletions, comments, hidden paragraphs and
 sections, and text in a style that hides it. ``meta.xml`` gives the ``title`` (else the first paragraph in the
 "Title" style, else the first heading), the ``author`` (the initial creator, else the last one to save it) and the
 ``language``. A presentation (``extract_odp``) reads as a PowerPoint file does (``indexer.slides``): each slide's
@@ -53,6 +53,7 @@ _SKIPPED = {f"{_TEXT}{tag}" for tag in (
     "bibliography", "tracked-changes", "sequence-decls", "variable-decls", "user-field-decls", "dde-connection-decls",
     "note-citation")} | {f"{_OFFICE}{tag}" for tag in ("annotation", "forms")}
 _SPACES = {f"{_TEXT}s", f"{_TEXT}tab", f"{_TEXT}line-break"}
+_BOX_TEXT = {f"{_TEXT}p", f"{_TEXT}h", f"{_TEXT}list"}  # a box's or a shape's own text
 _ROWS = {f"{_TABLE}table-header-rows", f"{_TABLE}table-rows", f"{_TABLE}table-row-group"}
 
 
@@ -169,8 +170,8 @@ class _OdfText:
                 self.blocks(child)
             elif tag == f"{_TEXT}soft-page-break":
                 continue
-            else:  # frames anchored to the page, text boxes, a slide's shapes
-                for box in [child] if child.tag == f"{_DRAW}text-box" else _boxes(child):
+            else:  # frames and shapes anchored to the page, text boxes, a slide's shapes
+                for box in [child] if _is_box(child) else _boxes(child):
                     self.blocks(box)
         return label
 
@@ -220,8 +221,8 @@ class _OdfText:
                 parts.append(f"{child.text or ''} ")
             elif tag == f"{_TEXT}note":
                 extras += child.findall(f"{_TEXT}note-body")
-            elif tag == f"{_DRAW}frame":
-                extras += _boxes(child)
+            elif tag.startswith(_DRAW):  # a frame's text boxes, a shape's text (a callout): paragraphs of their own
+                extras += [child] if _is_box(child) else _boxes(child)
             else:
                 parts.append(self.inline(child, extras))
             parts.append(child.tail or "")
@@ -291,12 +292,21 @@ class _OdfText:
             self.extras(row_extras)
 
 
+def _is_box(element: Any) -> bool:
+    """Whether an element holds paragraphs of a box's: a text box, or a shape with text of its own (a rectangle, a
+    callout: ``draw:custom-shape`` and the other shapes hold their paragraphs themselves)."""
+    return element.tag == f"{_DRAW}text-box" or (element.tag.startswith(_DRAW) and element.tag != f"{_DRAW}frame" and any(
+        child.tag in _BOX_TEXT for child in element))
+
+
 def _boxes(element: Any) -> Iterator[Any]:
-    """The text boxes in an element, not those inside them (read with the box around them)."""
+    """The text boxes and shapes with text in an element, not those inside them (read with the box around them)."""
     for child in element:
-        if child.tag == f"{_DRAW}text-box":
+        if not isinstance(child.tag, str):
+            continue
+        if _is_box(child):
             yield child
-        elif isinstance(child.tag, str):
+        else:
             yield from _boxes(child)
 
 

@@ -277,3 +277,14 @@ def test_a_slide_of_many_shapes_reads_in_time_linear_in_their_count(tmp_path):
     ext = extract_odp(path)
     assert time.process_time() - start < 0.6
     assert ext.paragraphs == ["T"] * 8000 + ["B"] * 8000
+
+
+def test_a_shape_s_text_reads_as_a_paragraph_of_its_own_after_its_paragraph(tmp_path):
+    """A rectangle or callout Writer draws holds its paragraphs itself (draw:custom-shape, no text box): its text is
+    read after its paragraph, as a text box's is (it was glued into the paragraph's text, "The bridgeBuilt by Gala
+    opened"), and a shape anchored to the page before the first paragraph is read too (it was left out)."""
+    shape = ('<draw:custom-shape svg:x="1cm" svg:y="1cm" xmlns:svg="urn:oasis:names:tc:opendocument:xmlns:svg-compatible:1.0">'
+             '<text:p>Built by Gala</text:p><draw:enhanced-geometry draw:type="rectangle"/></draw:custom-shape>')
+    body = f"{shape.replace('Gala', 'Hugo')}<text:p>The bridge{shape} opened in 1450.</text:p>"
+    assert extract_odt(write_odt(tmp_path / "shapes.odt", body=body)).paragraphs == [
+        "Built by Hugo", "The bridge opened in 1450.", "Built by Gala"]
