@@ -168,6 +168,9 @@ class _OdfText:
                 self.table(child)
             elif tag == f"{_TEXT}section" and child.get(f"{_TEXT}display") != "none":
                 self.blocks(child)
+            elif tag == f"{_TEXT}numbered-paragraph":  # a list item outside a list (ODF 1.2), its number written
+                shown = child.find(f"{_TEXT}number")
+                self.blocks(child, label=_line(shown.text or "") if shown is not None else "")
             elif tag == f"{_TEXT}soft-page-break":
                 continue
             else:  # frames and shapes anchored to the page, text boxes, a slide's shapes

@@ -288,3 +288,10 @@ def test_a_shape_s_text_reads_as_a_paragraph_of_its_own_after_its_paragraph(tmp_
     body = f"{shape.replace('Gala', 'Hugo')}<text:p>The bridge{shape} opened in 1450.</text:p>"
     assert extract_odt(write_odt(tmp_path / "shapes.odt", body=body)).paragraphs == [
         "Built by Hugo", "The bridge opened in 1450.", "Built by Gala"]
+
+
+def test_a_numbered_paragraph_outside_a_list_reads_after_its_number(tmp_path):
+    """ODF 1.2's text:numbered-paragraph (a list item with no list around it) was left out, text and all."""
+    body = ('<text:p>Steps:</text:p><text:numbered-paragraph text:level="1"><text:number>3.</text:number>'
+            "<text:p>Moor the ferry</text:p></text:numbered-paragraph>")
+    assert extract_odt(write_odt(tmp_path / "n.odt", body=body)).paragraphs == ["Steps:", "3. Moor the ferry"]
