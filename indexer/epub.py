@@ -153,11 +153,13 @@ def _spine_documents(package: Package, opf: Any, opf_name: str) -> tuple[list[st
     ncx = items.get(spine.get("toc") if spine is not None else None)
     if not contents and ncx is not None and ncx.get("href"):  # EPUB 2's table of contents
         contents = _ncx_entries(package, _href(opf_name, ncx.get("href")))
-    skipped |= {name for name, place in named if not any(n == name and p != place for n, p, _ in contents)}
+    places: dict[str, set[str]] = {}  # each document's places the table of contents leads to
     titles: dict[str, str] = {}
-    for name, _, text in contents:
+    for name, place, text in contents:
+        places.setdefault(name, set()).add(place)
         if text:
             titles.setdefault(name, text)
+    skipped |= {name for name, place in named if not places.get(name, set()) - {place}}
     documents: dict[str, None] = {}  # (a dict: each document once, in order, found in constant time)
     for ref in opf.iterfind(f"{_OPF}spine/{_OPF}itemref"):
         item = items.get(ref.get("idref"))
