@@ -183,12 +183,24 @@ def _navigation_xml(package: Package, name: str) -> Any:
 
 
 def _nav_links(package: Package, nav: str) -> list[tuple[str, list[str], str, str]]:
-    """The links of the navigation document's ``<nav>`` lists: (the list's epub:type, "toc" or "landmarks"; the
-    link's epub:types; its href, relative to the navigation document; its text)."""
+    """The links of the navigation document's ``<nav>`` lists: (the epub:type of the list it is in, its innermost,
+    "toc" or "landmarks"; the link's epub:types; its href, relative to the navigation document; its text). One walk
+    of the document: a link in nested lists was taken once for each, which took gigabytes for a few kilobytes."""
+    from lxml import etree
+
     root = _navigation_xml(package, nav)
-    return [(kind, (a.get(f"{_OPS}type") or "").split(), a.get("href", ""), _text(a))
-            for section in (root.iter("{*}nav") if root is not None else ())
-            for kind in (section.get(f"{_OPS}type") or "").split() for a in section.iter("{*}a")]
+    links: list[tuple[str, list[str], str, str]] = []
+    kinds: list[list[str]] = [[]]  # the epub:types of the <nav> lists around the element walked, innermost last
+    for event, element in etree.iterwalk(root, events=("start", "end")) if root is not None else ():
+        name = etree.QName(element).localname if isinstance(element.tag, str) else ""
+        if name == "nav" and event == "start":
+            kinds.append((element.get(f"{_OPS}type") or "").split())
+        elif name == "nav":
+            kinds.pop()
+        elif name == "a" and event == "start":
+            links += [(kind, (element.get(f"{_OPS}type") or "").split(), element.get("href", ""), _text(element))
+                      for kind in kinds[-1]]
+    return links
 
 
 def _ncx_entries(package: Package, ncx: str) -> list[tuple[str, str, str]]:
