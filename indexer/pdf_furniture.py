@@ -63,10 +63,12 @@ def running(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[set[i
     document of two pages or more but fewer than that), in that size of type and with the same words (case, spacing
     and numbers, roman ones too, aside); and on each of at least two pages, each of its numbers is either the same
     ("Annual Report 2023", "Chapter 3", "of 40") or the page's own number give or take a fixed offset ("Page 3", a
-    journal's "231" on the file's first page), and at most one of them follows the page: a page has one number.
-    Rows at the tops of the pages of a long table ("Vessel 32 1032", "Vessel 65 1065"), or the lines of a log,
-    differ in their numbers otherwise, and a line with two numbers that each go up with the pages ("Season 3 began in
-    1903" on page 3, "Season 4 began in 1904" on page 4: a timeline's) says something new on each: they are text.
+    journal's "231" on the file's first page), and not all of two or more follow the page. Rows at the tops of the
+    pages of a long table ("Vessel 32 1032", "Vessel 65 1065"), or the lines of a log, differ in their numbers
+    otherwise, and a line whose numbers, two or more, all go up with the pages ("Season 3 began in 1903" on page 3,
+    "Season 4 began in 1904" on page 4: a timeline's) says something new on each: they are text. A line with two
+    numbers that follow the page and one that stays is a head (a court filing's "Document 45 ... Page 3 of 40 PageID
+    #: 563", a Bates number beside the page's).
 
     Heads that take turns in one place, in type no larger than the body's and apart from the text, are found together
     (``_slots``): where two heads or more (words and numbers) each repeat on two pages or more in one place (a book's
@@ -102,8 +104,10 @@ def running(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[set[i
         # whichever leaves more blocks repeating (chapter numbers 1, 1, 2, 3, 3 are values, not offsets 1, 0, 0, 0, -1)
         by_page = [_repeating(n[j] - page for page, _, n, _ in placed) > _repeating(n[j] for _, _, n, _ in placed)
                    for j in range(len(placed[0][2]))]
-        if sum(by_page) > 1:  # a page has one number: lines whose numbers all go up page by page say something new
-            continue  # on each ("Season 3 began in 1903", a timeline's line at each page's top)
+        if sum(by_page) > 1 and all(by_page):  # a line whose numbers all go up page by page says something new on
+            continue  # each ("Season 3 began in 1903", a timeline's line at each page's top); one that holds a number
+        # that stays too is a head that counts its page twice (a court filing's "Case 1:20-cv-01234 ... Page 3 of 40
+        # PageID #: 563", the file's page and its place in the whole record)
         keys: dict[tuple[int, ...], list[tuple[int, int]]] = {}
         for page, i, numbers, _ in placed:
             key = tuple(n - page if tracks else n for n, tracks in zip(numbers, by_page, strict=True))

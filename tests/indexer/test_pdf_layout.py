@@ -175,11 +175,15 @@ def test_rows_at_the_tops_of_pages_that_differ_in_their_numbers_are_text(rows):
     ("{y} - page {n}", False),
     ("Page {n} - Annual Report 2023", True),  # the page's number goes up, the year stays
     ("Annual Report {y}", True),  # one number that goes up with the pages: the page's, give or take an offset
+    # a court filing's stamp and a Bates number: the page counted twice, beside numbers that stay
+    ("Case 1:20-cv-01234-ABC Document 45 Filed 03/01/21 Page {n} of 40 PageID #: {y}", True),
+    ("Page {n} of 40 - Bates ABC-{y}", True),
 ])
 def test_a_line_whose_numbers_all_go_up_with_the_pages_is_text_not_a_running_head(line, head):
     """A line at the top of each page, the same words but for two numbers that each go up page by page ("Season 3
     began in 1903" on page 3, "Season 4 began in 1904" on page 4), was left out as a running head, as "Page 3" is:
-    a page has one number, and such a line says something new on each page."""
+    such a line says something new on each page. One that holds a number that stays as well is a head that counts
+    its page twice (a court filing's "Page 3 of 40 PageID #: 563"): it goes, as it did."""
     pages = [[margin(line.format(n=n, y=1900 + n)), margin(f"Body text of page {n}", top=600)] for n in range(1, 6)]
     assert running_texts(pages) == [[line.format(n=n, y=1900 + n)] if head else [] for n in range(1, 6)]
 
