@@ -42,6 +42,7 @@ def bookmarks(document: Any, pages: dict[int, tuple[int, float, int]]) -> list[B
         return []
     found: list[Bookmark] = []
     seen: set[int] = set()
+    named = _named_destinations(document)
     # (entry, its parent's path) to read, the next last: an entry's children are read before its next sibling
     todo: list[tuple[Any, tuple[str, ...]]] = [(root.get("First"), ())]
     while todo and len(found) < MAX_BOOKMARKS:
@@ -58,7 +59,7 @@ def bookmarks(document: Any, pages: dict[int, tuple[int, float, int]]) -> list[B
             continue
         title = entry.get("Title")
         title = " ".join(decode_text(title).split()) if isinstance(title, bytes) else ""
-        place = _destination(document, entry, pages)
+        place = _destination(named, entry, pages)
         path = (*parent, title) if title and place is not None else parent
         if title and place is not None:
             found.append(Bookmark(path, *place))
@@ -67,10 +68,48 @@ def bookmarks(document: Any, pages: dict[int, tuple[int, float, int]]) -> list[B
     return found
 
 
-def _destination(document: Any, entry: dict[str, Any], pages: dict[int, tuple[int, float, int]]
+def _named_destinations(document: Any) -> dict[str | bytes, Any]:
+    """A PDF's named destinations, each name -> its destination (unresolved): its name tree's (the catalog's ``/Names
+    /Dests``; names are strings) and its catalog's ``/Dests`` (PDF 1.1; names are names), read once through (an
+    outline of thousands of bookmarks looked each name up through pdfminer's ``get_dest``, which reads a node's
+    names afresh each time: minutes), each node of the tree once (a tree that loops is read once through)."""
+    from pdfminer.pdftypes import PDFObjRef, resolve1
+
+    found: dict[str | bytes, Any] = {}
+    seen: set[int] = set()
+    try:
+        names = resolve1(document.catalog.get("Names"))
+        todo = [names.get("Dests")] if isinstance(names, dict) else []
+        while todo:
+            ref = todo.pop()
+            if isinstance(ref, PDFObjRef):
+                if ref.objid in seen:
+                    continue
+                seen.add(ref.objid)
+            node = resolve1(ref)
+            if not isinstance(node, dict):
+                continue
+            pairs = resolve1(node.get("Names"))
+            if isinstance(pairs, list):
+                for key, value in zip(pairs[::2], pairs[1::2], strict=False):
+                    key = resolve1(key)
+                    if isinstance(key, (bytes, str)):
+                        found.setdefault(key, value)
+            kids = resolve1(node.get("Kids"))
+            todo += reversed(kids) if isinstance(kids, list) else []  # (the first kid read first)
+        old = resolve1(document.catalog.get("Dests"))
+        for key, value in old.items() if isinstance(old, dict) else ():
+            found.setdefault(key, value)
+    except Exception:  # (a damaged node: pdfminer raises many types; the names read before it are kept)
+        pass
+    return found
+
+
+def _destination(named: dict[str | bytes, Any], entry: dict[str, Any], pages: dict[int, tuple[int, float, int]]
                  ) -> tuple[int, float | None] | None:
     """Where an outline entry leads: its page (1-based) and the height its view starts at (None: the page's top);
-    None where it leads to no page of the document."""
+    None where it leads to no page of the document. ``named``: the document's named destinations
+    (``_named_destinations``)."""
     from pdfminer.pdftypes import PDFObjRef, resolve1
     from pdfminer.psparser import PSLiteral
 
@@ -80,7 +119,7 @@ def _destination(document: Any, entry: dict[str, Any], pages: dict[int, tuple[in
         if target is None and isinstance(action, dict) and getattr(action.get("S"), "name", None) == "GoTo":
             target = resolve1(action.get("D"))
         if isinstance(target, (bytes, str, PSLiteral)):  # a named destination
-            target = resolve1(document.get_dest(target.name if isinstance(target, PSLiteral) else target))
+            target = resolve1(named.get(target.name if isinstance(target, PSLiteral) else target))
         if isinstance(target, dict):  # (a named destination may be a dictionary holding it)
             target = resolve1(target.get("D"))
     except Exception:  # (a name no destination has, a damaged object: the bookmark leads nowhere)
