@@ -189,8 +189,10 @@ def _pdf_pages(path: Path) -> _Read:
         header: Block | None = None  # the header row of a table that ends the page before
         broken: list[int] = []  # the pages whose content is damaged (``pdf_file.damage``)
         placed: dict[int, tuple[int, float, int]] = {}  # each page's object -> its number, foot and turn
+        # the page being read, for pdfminer's warnings: it warns of a page's size as it makes the page, before the
+        # loop's body runs, so the next page's number is set as the last one ends
+        notes.page = 1
         for page in pdf_file.pdf_pages(document):
-            notes.page = len(pages) + 1
             streams = len(document.broken)
             interpreter.process_page(page)
             if (turn := pdf_file.upright_turn(device, page.rotate)) is not None:  # most of its text turned: read
@@ -215,6 +217,8 @@ def _pdf_pages(path: Path) -> _Read:
             pages.append(_Page(blocks, layout.y0, layout.y1, images, shapes, pdf_file.turned_text(device.turned)))
             placed[page.pageid] = (len(pages), page.mediabox[1], page.rotate)
             broken += [len(pages)] if len(document.broken) > streams else []
+            notes.page = len(pages) + 1
+        notes.page = None  # (what is read after the pages, its info and outline, is on none of them)
         # while the file is open: a value may be a reference to an object elsewhere in it (a title often is)
         info = {key: resolve1(value) for key, value in document.info[0].items()} if document.info else {}
         form = pdf_forms.xfa_values(document, path)

@@ -1770,3 +1770,24 @@ def test_an_outline_nested_past_nine_levels_gives_the_path_of_its_first_nine(tmp
         *(b"<< /Title (Level %d) /Dest [3 0 R /XYZ 0 %d 0] %s >>" % (
             n, 792 - n, b"/First %d 0 R" % (8 + n) if n < depth - 1 else b"") for n in range(depth))])
     assert extract_pdf(path).paragraph_meta == [{"page": 1, "section": " > ".join(f"Level {n}" for n in range(9))}]
+
+
+@pytest.mark.parametrize("without", [1, 2])
+def test_a_page_without_its_size_is_named_by_its_own_number(tmp_path, caplog, without):
+    """pdfminer warns of a page without a media box as it makes the page, before it is read: the warning named the
+    page before it ("on page 1" for the second), or none for the first."""
+    texts = [b"BT /F1 12 Tf 72 700 Td (The ferry leaves the harbour at noon.) Tj ET",
+             b"BT /F1 12 Tf 72 700 Td (The lighthouse was built in 1854.) Tj ET"]
+    boxes = [b"" if n == without else b"/MediaBox [0 0 612 792]" for n in (1, 2)]
+    path = pdf_of_objects(tmp_path / "sizeless.pdf", [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R 4 0 R] /Count 2 >>",
+        *(b"<< /Type /Page /Parent 2 0 R %s /Contents %d 0 R /Resources << /Font << /F1 7 0 R >> >> >>" % (box, 5 + n)
+          for n, box in enumerate(boxes)),
+        *(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(text), text) for text in texts),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"])
+    with caplog.at_level(logging.WARNING):
+        assert extract_pdf(path).paragraphs == ["The ferry leaves the harbour at noon.", "The lighthouse was built in 1854."]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}: damaged: on page {without}, its page size is missing or damaged: it is read as US Letter; the rest of "
+        "it is read"]
