@@ -23,7 +23,9 @@ _NOTED: dict[str, str | None | tuple[tuple[str, str | None], ...]] = {
     # (a font without a box, as many are where no descriptor gives one, is read as well: no damage to name)
     "pdffont": (("fontbbox", None), ("", "a font's glyph widths are damaged: its text is read with default widths")),
     "cmapdb": "part of a font's map to Unicode is damaged: glyphs it leaves out read as nothing",
-    "pdfpage": (("extraction", None), ("", "its page size is missing or damaged: it is read as US Letter")),
+    "pdfpage": (("extraction", None), ("cropbox", "its crop box (the part of the page a viewer shows) is damaged: the "
+                                                  "whole page is read"),
+                ("", "its page size is missing or damaged: it is read as US Letter")),
     "pdfdocument": (("label", None), ("", "entries of its cross-reference table cannot be read: their objects are "
                                           "passed over")),
     "pdftypes": None,

@@ -1772,13 +1772,20 @@ def test_an_outline_nested_past_nine_levels_gives_the_path_of_its_first_nine(tmp
     assert extract_pdf(path).paragraph_meta == [{"page": 1, "section": " > ".join(f"Level {n}" for n in range(9))}]
 
 
-@pytest.mark.parametrize("without", [1, 2])
-def test_a_page_without_its_size_is_named_by_its_own_number(tmp_path, caplog, without):
+_US_LETTER = "its page size is missing or damaged: it is read as US Letter"
+
+
+@pytest.mark.parametrize(("without", "box", "said"), [
+    (1, b"", _US_LETTER), (2, b"", _US_LETTER),
+    (2, b"/MediaBox [0 0 595 842] /CropBox [0 0 x]",  # (was said to be read as US Letter: it is read at its media box)
+     "its crop box (the part of the page a viewer shows) is damaged: the whole page is read")])
+def test_a_page_without_its_size_is_named_by_its_own_number(tmp_path, caplog, without, box, said):
     """pdfminer warns of a page without a media box as it makes the page, before it is read: the warning named the
-    page before it ("on page 1" for the second), or none for the first."""
+    page before it ("on page 1" for the second), or none for the first. A damaged crop box was said to be read as US
+    Letter, where the whole page, its media box, is read."""
     texts = [b"BT /F1 12 Tf 72 700 Td (The ferry leaves the harbour at noon.) Tj ET",
              b"BT /F1 12 Tf 72 700 Td (The lighthouse was built in 1854.) Tj ET"]
-    boxes = [b"" if n == without else b"/MediaBox [0 0 612 792]" for n in (1, 2)]
+    boxes = [box if n == without else b"/MediaBox [0 0 612 792]" for n in (1, 2)]
     path = pdf_of_objects(tmp_path / "sizeless.pdf", [
         b"<< /Type /Catalog /Pages 2 0 R >>",
         b"<< /Type /Pages /Kids [3 0 R 4 0 R] /Count 2 >>",
@@ -1789,5 +1796,4 @@ def test_a_page_without_its_size_is_named_by_its_own_number(tmp_path, caplog, wi
     with caplog.at_level(logging.WARNING):
         assert extract_pdf(path).paragraphs == ["The ferry leaves the harbour at noon.", "The lighthouse was built in 1854."]
     assert [r.getMessage() for r in caplog.records] == [
-        f"{path}: damaged: on page {without}, its page size is missing or damaged: it is read as US Letter; the rest of "
-        "it is read"]
+        f"{path}: damaged: on page {without}, {said}; the rest of it is read"]
