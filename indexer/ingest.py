@@ -63,7 +63,7 @@ ignored, while a file named on the command line must have one of those suffixes.
   an e-book's ``title``, ``author``, ``language`` and chapter count (``chapters``), an OpenDocument file's ``title``, ``author`` and ``language`` (and a
   presentation's ``slides``), and the fixed ``extra_meta`` given; all of it is stored in the index and
   comes back with hits. Passages of a PDF carry their ``page`` (and ``page_end`` when a paragraph runs onto the
-  next page), those of a PowerPoint file or an OpenDocument presentation their ``slide`` and ``section`` (the slide's
+  next page, and ``section``, the path of its bookmarks, where it has an outline), those of a PowerPoint file or an OpenDocument presentation their ``slide`` and ``section`` (the slide's
   title), those of an e-book their ``chapter`` and ``section``, those of a Word, OpenDocument, Markdown or HTML file their ``section`` (the heading path, "Intro > Scope"); hits return them in ``meta`` too.
 
 Text files are read as UTF-8 (a BOM is allowed; any line ends), or as UTF-16 or UTF-32 when they begin with that
