@@ -55,13 +55,13 @@ def bookmarks(document: Any, pages: dict[int, tuple[int, float, int]]) -> list[B
             if ref.objid in seen:  # (an outline that loops: each entry is read once)
                 continue
             seen.add(ref.objid)
-        try:
+        try:  # (its title may be held in another object, as an info dictionary's often is)
             entry = resolve1(ref)
+            title = resolve1(entry.get("Title")) if isinstance(entry, dict) else None
         except Exception:  # (a damaged entry: pdfminer raises many types; it and those after it are passed over)
             continue
         if not isinstance(entry, dict):
             continue
-        title = entry.get("Title")
         title = " ".join(decode_text(title).split()) if isinstance(title, bytes) else ""
         place = _destination(named, entry, pages)
         path = (*parent, title) if title and place is not None else parent

@@ -1797,3 +1797,10 @@ def test_a_page_without_its_size_is_named_by_its_own_number(tmp_path, caplog, wi
         assert extract_pdf(path).paragraphs == ["The ferry leaves the harbour at noon.", "The lighthouse was built in 1854."]
     assert [r.getMessage() for r in caplog.records] == [
         f"{path}: damaged: on page {without}, {said}; the rest of it is read"]
+
+
+def test_a_bookmark_whose_title_is_held_in_another_object_gives_its_section(tmp_path):
+    """A bookmark's /Title may be a reference to a string elsewhere in the file, as an info dictionary's title often
+    is: such a bookmark was passed over (no section)."""
+    path = _outlined_pdf(tmp_path / "held.pdf", [b"<< /Title 8 0 R /Dest [3 0 R /XYZ 0 792 0] >>", b"(History)"])
+    assert extract_pdf(path).paragraph_meta == [{"page": 1, "section": "History"}]
