@@ -628,8 +628,8 @@ def size_problem(c: Any) -> str | None:
     if depth > MAX_FILTER_DEPTH:
         return f"filter nested too deeply: more than {MAX_FILTER_DEPTH} levels of filters, not and passage"
     if size > MAX_FILTER_CONDITIONS:
-        return (f"filter too large: {size} conditions (at most {MAX_FILTER_CONDITIONS} in all; every filter, not and "
-                "field condition counts, nested ones included)")
+        return (f"filter too large: {size} conditions (at most {MAX_FILTER_CONDITIONS} in all; every filter, not, "
+                "passage and field condition counts, nested ones included)")
     return None
 
 

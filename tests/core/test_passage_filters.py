@@ -188,6 +188,15 @@ def test_malformed_passage_conditions_name_their_place(obj, message):
     assert str(refused.value).startswith(message)
 
 
+def test_a_filter_too_large_counts_its_passage_conditions_and_says_so():
+    """A ``passage`` condition counts one toward the filter's size, as a filter or ``not`` does, and the refusal lists
+    it among what counts: 512 passage conditions over a field condition each, in one filter, are 1,025."""
+    with pytest.raises(FilterError) as refused:
+        SearchFilter.from_json({"must": [{"passage": {"key": "page", "match": p}} for p in range(512)]})
+    assert str(refused.value).startswith("filter too large: 1025 conditions (at most 1024 in all; every filter, not, "
+                                         "passage and field condition counts"), str(refused.value)
+
+
 def test_a_delete_by_filter_refuses_a_passage_condition(store):
     docs, passages = store
     with pytest.raises(FilterError, match="a passage condition selects passages, not whole documents"):
