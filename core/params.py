@@ -249,7 +249,7 @@ class Hit:
     paragraph: int = field(default=0, metadata=_doc("the passage's number within its document, from 0"))
     meta: dict[str, Any] = field(default_factory=dict, metadata=_doc(
         "the document's metadata from the corpus, with its passage's own keys (passage_meta: a PDF page's page) over "
-        "it; filters read the document's alone"))
+        "it; filters read the document's, and a passage condition the passage's own"))
     dense: float | None = field(default=None, metadata=_doc(
         "the dense leg's score: the phrase's, or the unit's best phrase's"))
     lexical: float | None = field(default=None, metadata=_doc(

@@ -285,3 +285,11 @@ def test_a_passage_filter_reads_written_documents_passages_and_a_delete_refuses_
 def serving_app(settings, searcher=None):
     """A ready client of an app with ``settings`` (over ``searcher`` when given, else the settings' index)."""
     return serving(create_app(settings, (lambda s: searcher) if searcher is not None else None))
+
+
+def test_a_hit_s_meta_says_which_metadata_a_passage_condition_reads(client):
+    """The schema's description of a hit's ``meta`` (also the client's help) names what a filter reads there: the
+    document's keys, and inside a ``passage`` condition the passage's own."""
+    hit = client.get("/openapi.json").json()["components"]["schemas"]["HitOut"]["properties"]["meta"]
+    assert "a passage condition the passage's own" in hit["description"], hit
+
