@@ -256,7 +256,12 @@ def passage_record(doc: int, para: int, text: str, meta: dict[str, Any] | None =
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """The JSON objects of a JSON Lines store; a bad line raises IndexFormatError naming the file and line."""
-    out = []
+    return list(iter_jsonl(path))
+
+
+def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """``read_jsonl`` one object at a time, for a reader that keeps a part of each (the passages' metadata, not
+    their text)."""
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, start=1):
             try:
@@ -270,8 +275,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
                 continue
             if not isinstance(obj, dict):
                 raise IndexFormatError(f"{path}:{lineno}: expected a JSON object; the store is damaged")
-            out.append(obj)
-    return out
+            yield obj
 
 
 @contextlib.contextmanager

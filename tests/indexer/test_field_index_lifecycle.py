@@ -156,3 +156,34 @@ def test_cli_filter_combines_with_the_older_flags(tiny_index, tiny_model_dir, tm
                  "a question"]) == 0
     hits = json.loads(capsys.readouterr().out)["hits"]
     assert sorted(h["doc_id"] for h in hits) == ["d2", "d4"]
+
+
+def test_writing_the_field_index_holds_the_passages_metadata_not_their_text(tmp_path):
+    """``write_fields`` (build, add, upsert, compact) reads the passage store one line at a time and keeps each
+    passage's metadata only: its peak memory is a small part of the passages' text, and the file it writes selects
+    what a field index built over the whole records selects."""
+    import tracemalloc
+
+    from spanseek.core.fieldindex import FieldIndex
+    from spanseek.indexer.build import write_fields
+
+    docs = [phrase_index.doc_record(f"d{d}", f"T{d}", {"lang": "en" if d % 2 else "fr"}) for d in range(40)]
+    passages = [phrase_index.passage_record(p // 50, p % 50, f"{p} " + "word " * 1000, {"page": p % 7} if p % 3 else None)
+                for p in range(2000)]  # 10 MB of text
+    for name, records in (("docs.jsonl", docs), ("passages.jsonl", passages)):
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    tracemalloc.start()
+    try:
+        write_fields(tmp_path / "docs.jsonl", tmp_path / "passages.jsonl", tmp_path / "doc_fields.npz")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    text = sum(len(p["text"]) for p in passages)
+    assert peak < text / 4, (peak, text)
+    written = FieldIndex.load(tmp_path / "doc_fields.npz", docs, passages)
+    passage_doc = np.asarray([p["doc"] for p in passages], dtype=np.int64)
+    for obj in ({"must": [{"passage": {"key": "page", "range": {"gte": 2, "lte": 4}}}], "meta": {"lang": "en"}},
+                {"must_not": [{"passage": {"key": "page", "match": 0}}]}):
+        flt = SearchFilter.from_json(obj)
+        assert np.array_equal(written.passage_mask(flt, passage_doc),
+                              FieldIndex.build(docs, passages).passage_mask(flt, passage_doc))
