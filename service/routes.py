@@ -460,6 +460,20 @@ def server_reading(fields: dict[str, Any], given: set[str], settings: Settings, 
                                     f"(default_read): {why}")
 
 
+def checked_params(fields: dict[str, Any], given: set[str], settings: Settings, searcher: Searcher,
+                   refusal: Callable[[SearchParams], str | None], state: Any, request_filter: FilterIn | None
+                   ) -> tuple[SearchParams, str | None]:
+    """``server_reading``'s parameters of ``fields`` with ``request_filter`` (``core_filter``) and its warning, the
+    parameters checked against the searcher (``check_mode``: its mode, and the filter against the index's fields);
+    ``state`` (the request's) takes whether they read, the latency's label, before the check. SearchParamsError and
+    LexicalIndexMissing as those."""
+    fields = {**fields, "filter": core_filter(request_filter) if request_filter is not None else None}
+    params, unread = server_reading(fields, given, settings, searcher, refusal)
+    state.read = params.read
+    searcher.check_mode(params)
+    return params, unread
+
+
 def default_read_below(params: SearchParams, settings: Settings, searcher: Searcher) -> SearchParams:
     """``params`` with ``read_below`` the server's ``default_read_below`` where it reads and gives none, and the
     model's calibration can judge its unit and mode."""
@@ -515,15 +529,16 @@ async def search(
         warnings.append(f"nprobe ({body.nprobe}) is not used: this index has no inverted lists (factory "
                         f"{state.info['index'].get('factory')}), so every token is scored")
     try:
-        flt = await asyncio.to_thread(core_filter, body.filter) if body.filter is not None else None
         fields = {**body.search_parameters(), "unit": unit, "top_k": top_k, "offset": body.offset or 0,
-                  "nprobe": body.nprobe or state.default_nprobe, "filter": flt}
+                  "nprobe": body.nprobe or state.default_nprobe}
         refusal = functools.partial(cost_refusal, state.cost, s, len(questions))
-        params, unread = server_reading(fields, body.model_fields_set, s, state.searcher, refusal)
+        check = functools.partial(checked_params, fields, body.model_fields_set, s, state.searcher, refusal,
+                                  request.state)
+        # a request's filter is converted (``core_filter``) and checked against the index's field index, which builds
+        # an older index's passage fields at its first passage condition (O(passages)), off the event loop
+        params, unread = await asyncio.to_thread(check, body.filter) if body.filter is not None else check(None)
         if unread is not None:
             warnings.append(unread)
-        request.state.read = params.read
-        state.searcher.check_mode(params)
     except ValueError as e:  # SearchParamsError
         raise BadRequest(str(e)) from None
     except LexicalIndexMissing as e:  # a mode the index cannot serve: the message names the index's directory

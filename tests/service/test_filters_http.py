@@ -293,3 +293,35 @@ def test_a_hit_s_meta_says_which_metadata_a_passage_condition_reads(client):
     hit = client.get("/openapi.json").json()["components"]["schemas"]["HitOut"]["properties"]["meta"]
     assert "a passage condition the passage's own" in hit["description"], hit
 
+
+
+def test_an_old_index_s_passage_fields_are_built_off_the_event_loop(settings_for, paged_index, tiny_model_dir,
+                                                                    monkeypatch):
+    """An index whose ``doc_fields.npz`` was written before it held the passages' metadata builds those fields at the
+    first passage condition (O(passages): 1.7 s a million passages with two keys). That happens where the request's
+    filter is checked, in a worker thread as the filter's conversion, not on the event loop that every other
+    request waits on."""
+    from spanseek.core import fieldindex
+    from spanseek.core.loading import open_searcher
+
+    searcher = open_searcher(paged_index, tiny_model_dir, device="cpu", precision="fp32")
+    fields = searcher.index.fields
+    fields._passage_fields, fields._passage_records = None, searcher.index.passages  # as read from an older file
+    on_loop = []
+    build = fieldindex.fields_of
+
+    def recorded(metas):
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        return build(metas)
+
+    monkeypatch.setattr(fieldindex, "fields_of", recorded)
+    flt = {"must": [{"passage": {"key": "page", "range": {"gte": 2, "lte": 3}}}]}
+    with serving_app(settings_for(), searcher) as client:
+        r = client.post("/search?unit=passage", json={"query": QUESTION, "top_k": 3, "filter": flt})
+        assert r.status_code == 200, r.text
+        assert r.json()["results"][0]["hits"]
+    assert on_loop == [False]
