@@ -36,6 +36,7 @@ import functools
 import io
 import itertools
 import json
+import threading
 import typing
 from abc import ABC, abstractmethod
 from collections import ChainMap
@@ -67,6 +68,7 @@ from spanseek.core.ids import joined, respellings
 
 FIELDS = "doc_fields.npz"
 FORMAT = 1
+_BUILDING = threading.Lock()  # the passage fields an older file lacks, built at the first call that needs them
 HEADER = "header"  # the npz's JSON header: format, documents, passages, and per field (documents', passages') its strings
 
 
@@ -246,8 +248,10 @@ class FieldIndex(FilterTree):
         """The passages' own metadata fields, built from the passage records at the first call where the field
         index was read from a file that does not hold them (about 0.1 s a million passages without metadata)."""
         if self._passage_fields is None:
-            self._passage_fields = fields_of(enumerate(p.get("meta") for p in self._passage_records))
-            self._passage_records = ()  # (the index's own list: not held twice)
+            with _BUILDING:  # once, however many threads ask (each request's filter is checked in a worker thread)
+                if self._passage_fields is None:
+                    self._passage_fields = fields_of(enumerate(p.get("meta") for p in self._passage_records))
+                    self._passage_records = ()  # (the index's own list: not held twice)
         return self._passage_fields
 
     @classmethod

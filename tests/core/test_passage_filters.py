@@ -155,6 +155,37 @@ def test_an_old_field_index_file_builds_the_passage_fields_when_first_asked(stor
         flt, passage_doc))
 
 
+def test_two_threads_asking_for_an_old_field_index_s_passage_fields_build_them_once(store, monkeypatch):
+    """The passage fields an older file lacks are built once however many threads ask at once (a server checks each
+    request's filter in a worker thread): a second build cost its CPU again, and one that began as the first ended
+    read the passage records the first had let go, and left no passage fields at all."""
+    import threading
+
+    from spanseek.core import fieldindex
+
+    docs, passages = store
+    old = FieldIndex.build(docs, passages)  # (its passage fields are built when first asked)
+    calls, second, build = [], threading.Event(), fieldindex.fields_of
+
+    def slow(metas):
+        calls.append(1)
+        if len(calls) == 1:
+            second.wait(0.5)  # the other thread asks meanwhile
+        else:
+            second.set()
+        return build(metas)
+
+    monkeypatch.setattr(fieldindex, "fields_of", slow)
+    got: list = []
+    threads = [threading.Thread(target=lambda: got.append(old.passage_fields)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and len(got) == 2 and got[0] is got[1]
+    assert sorted(got[0]) == sorted(FieldIndex.build(docs, passages).passage_fields) != []
+
+
 @pytest.mark.parametrize("obj, message", [
     ({"must": [{"passage": {"key": "pages", "match": 1}}]},
      "filter.must[0].passage: filter field 'pages': no passage has it in its own metadata (known passage fields: "),
