@@ -356,21 +356,31 @@ class MicroBatcher:
             self._task.add_done_callback(self._on_exit)
 
     def _on_exit(self, task: asyncio.Task) -> None:
-        """If the queue owner ever ends other than by ``stop`` (a fault outside any batch's, which ``_failing_alone``
-        does not catch, or a cancellation from elsewhere), say why, fail the requests it held (503) and tell
-        ``on_stopped``: nothing would ever answer them, nor any later search."""
+        """If the queue owner ever ends other than by ``stop`` on a fault (one outside any batch's, which
+        ``_failing_alone`` does not catch), say why, fail the requests it held (503) and tell ``on_stopped``: nothing
+        would ever answer them, nor any later search. A cancellation is a stop: besides ``stop``, only the event
+        loop's end cancels it (a server that ended without the app's stop, as on uvicorn's forced exit), so the
+        requests it held are answered as ``stop`` answers them, and nothing is reported."""
         if self._closed:  # stopped
             return
-        error = None if task.cancelled() else task.exception()
-        why = f"{type(error).__name__}: {error}" if error is not None else "cancelled" if task.cancelled() else "ended"
+        if task.cancelled():
+            self._closed = True
+            self._fail_held(SHUTTING_DOWN)
+            return
+        error = task.exception()
+        why = f"{type(error).__name__}: {error}" if error is not None else "ended"
         log.error("the search batcher stopped (%s)", why, exc_info=error)
         self._closed = True
-        for item in [*self._inflight, *self._pending.clear()]:
-            if not item.future.done():
-                item.future.set_exception(NotReady(f"the search batcher stopped ({why})"))
-        self._set_depth(0)
+        self._fail_held(f"the search batcher stopped ({why})")
         if self.on_stopped is not None:
             self.on_stopped(why)
+
+    def _fail_held(self, message: str) -> None:
+        """Answer every request still held, in a batch or waiting for one, NotReady (503) with ``message``."""
+        for item in [*self._inflight, *self._pending.clear()]:
+            if not item.future.done():
+                item.future.set_exception(NotReady(message))
+        self._set_depth(0)
 
     async def stop(self) -> None:
         """Stop taking requests; waiting requests fail with NotReady (503)."""
@@ -379,10 +389,7 @@ class MicroBatcher:
             if task is not None:
                 task.cancel()
                 await asyncio.wait([task])  # (one that had ended on a fault raised it here: the app's stop failed)
-        for item in [*self._inflight, *self._pending.clear()]:
-            if not item.future.done():
-                item.future.set_exception(NotReady(SHUTTING_DOWN))
-        self._set_depth(0)
+        self._fail_held(SHUTTING_DOWN)
 
     def check_would_admit(self, client: str = "-") -> None:
         """Raise Overloaded if even a one-question request of ``client`` would be refused now; cheap (no request

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import numpy as np
@@ -211,34 +212,33 @@ async def test_a_fault_in_the_batchers_own_bookkeeping_fails_its_batch_and_the_b
             executor.shutdown(wait=True)
 
 
-@pytest.mark.parametrize("fault", ["raises", "cancelled"])
-async def test_a_dead_batcher_makes_the_service_unready_and_asks_the_server_to_stop(settings_for, tiny_searcher,
-                                                                                     async_serve, fault):
-    """The batcher's queue owner ending outside any batch (a fault in its own queueing, or a cancellation from
-    elsewhere) leaves no search answerable: the waiting request and every later one get 503 naming why, /ready and
-    /health say 503 with the reason (a restart fixes it), a reload is refused, and the server is asked to stop so
-    that the orchestrator starts it again. Before, /ready stayed 200 while every search got 503 (a cancelled one
-    waited forever), and the app's stop raised the batcher's exception."""
+@contextlib.asynccontextmanager
+async def _served_telling_stops(settings_for, tiny_searcher, async_serve, stops: list[bool]):
+    """The tiny service served, its server's stop requests appended to ``stops``: (client, state, batcher)."""
     app = create_app(settings_for(), lambda s: tiny_searcher)
     state = app.state.service
-    stops: list[bool] = []
     state.stop_server = lambda: stops.append(True)
     async with async_serve(app) as ac:
-        batcher = state.batcher
-        assert batcher is not None and batcher._task is not None
-        if fault == "raises":
-            def take() -> list:
-                raise RuntimeError("a fault in the queue's bookkeeping")
+        assert state.batcher is not None and state.batcher._task is not None
+        yield ac, state, state.batcher
 
-            batcher._take = take
-            waiting = await asyncio.wait_for(ac.post("/search", json={"query": "who built the castle?"}), 10)
-            why = "RuntimeError: a fault in the queue's bookkeeping"
-        else:
-            held = asyncio.ensure_future(ac.post("/search", json={"query": "who built the castle?"}))
-            await asyncio.sleep(0)
-            batcher._task.cancel()
-            waiting = await asyncio.wait_for(held, 10)
-            why = "cancelled"
+
+async def test_a_dead_batcher_makes_the_service_unready_and_asks_the_server_to_stop(settings_for, tiny_searcher,
+                                                                                     async_serve):
+    """The batcher's queue owner ending on a fault outside any batch (a fault in its own queueing) leaves no search
+    answerable: the waiting request and every later one get 503 naming why, /ready and /health say 503 with the
+    reason (a restart fixes it), a reload is refused, and the server is asked to stop so that the orchestrator
+    starts it again. Before, /ready stayed 200 while every search got 503, and the app's stop raised the batcher's
+    exception."""
+    stops: list[bool] = []
+    async with _served_telling_stops(settings_for, tiny_searcher, async_serve, stops) as (ac, state, batcher):
+
+        def take() -> list:
+            raise RuntimeError("a fault in the queue's bookkeeping")
+
+        batcher._take = take
+        waiting = await asyncio.wait_for(ac.post("/search", json={"query": "who built the castle?"}), 10)
+        why = "RuntimeError: a fault in the queue's bookkeeping"
         assert waiting.status_code == 503 and f"the search batcher stopped ({why})" in waiting.json()["message"]
         for path in ("/ready", "/health"):
             r = await ac.get(path)
@@ -250,3 +250,19 @@ async def test_a_dead_batcher_makes_the_service_unready_and_asks_the_server_to_s
             await state.reloader.on_request()
         assert stops == [True]
         assert state.metrics.ready._value.get() == 0
+
+
+async def test_a_cancelled_batcher_is_stopped_not_broken(settings_for, tiny_searcher, async_serve):
+    """Only the event loop's end cancels the batcher besides its stop: a server that ends without the app's stop
+    (uvicorn's forced exit, a second Ctrl-C) leaves the batcher to asyncio.run, which cancels every task left. The
+    search it held gets 503 at once (not a wait forever), but that is a stop, not a fault: no error, the server is
+    not asked to stop, and ``spanseek serve`` exits 0 as after any Ctrl-C. Before, the cancellation was taken for a
+    dead batcher: "the search batcher stopped (cancelled)" logged as an error and the process exited 1."""
+    stops: list[bool] = []
+    async with _served_telling_stops(settings_for, tiny_searcher, async_serve, stops) as (ac, state, batcher):
+        held = asyncio.ensure_future(ac.post("/search", json={"query": "who built the castle?"}))
+        await asyncio.sleep(0)
+        batcher._task.cancel()
+        waiting = await asyncio.wait_for(held, 10)
+        assert waiting.status_code == 503, waiting.text
+        assert (state.status, stops) == ("ready", [])
