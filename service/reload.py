@@ -76,6 +76,7 @@ class ServiceState(Protocol):
     batcher: MicroBatcher | None
     metrics: ServiceMetrics
     executor: ThreadPoolExecutor
+    search_executor: ThreadPoolExecutor | None
     factory: Any
 
     async def load(self, factory: Any) -> None: ...
@@ -313,7 +314,13 @@ class IndexReloader:
             if self._abandoned or time.monotonic() > deadline:
                 return False
             await asyncio.sleep(0.01)
-        await asyncio.get_running_loop().run_in_executor(self.executor, settle, True)
+        loop = asyncio.get_running_loop()
+        # a pool's thread lets go of a job (its arguments: the old searcher) only after the job's answer has come back
+        # here: a job of nothing on each of the batcher's threads runs once they have let go of their last batch
+        for pool in (self.state.executor, self.state.search_executor):
+            if pool is not None:
+                await loop.run_in_executor(pool, _nothing)
+        await loop.run_in_executor(self.executor, settle, True)
         return True
 
     async def watch(self, interval: float) -> None:
@@ -345,3 +352,7 @@ class IndexReloader:
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def _nothing() -> None:
+    """A job that does nothing: it runs once its pool's thread has let go of the jobs before it (``_release``)."""

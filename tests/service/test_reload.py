@@ -576,6 +576,16 @@ async def test_a_request_run_in_parts_is_answered_from_one_index_across_a_reload
         assert state.batcher.depth == 0 and not state.batcher._inflight
 
 
+async def _held_only_in_a_cycle(client, state) -> weakref.ref:
+    """Reload the served index, so that only the app holds its searcher, and put that searcher in a reference cycle
+    (only the cyclic collector frees it): a weak reference to it."""
+    client.headers.update(AUTH)
+    assert (await client.post("/admin/reload")).status_code == 200
+    searcher = state.searcher
+    searcher.cycle = searcher
+    return weakref.ref(searcher)
+
+
 async def test_a_batch_whose_clients_left_still_holds_the_old_index_until_it_ends(settings_for, async_serve,
                                                                                  counting_factory, until, index_b):
     """A reload waits for the batches still running on the old index before it collects it (``released_previous``).
@@ -587,12 +597,7 @@ async def test_a_batch_whose_clients_left_still_holds_the_old_index_until_it_end
     state = app.state.service
     encoder.gate.set()
     async with async_serve(app) as client:
-        client.headers.update(AUTH)
-        assert (await client.post("/admin/reload")).status_code == 200  # a searcher that only the app holds
-        first = state.searcher
-        first.cycle = first  # only the cyclic collector can free it
-        old = weakref.ref(first)
-        del first
+        old = await _held_only_in_a_cycle(client, state)
         encoder.gate.clear()
         encoder.entered.clear()
         gone = asyncio.create_task(search(client))
@@ -606,6 +611,37 @@ async def test_a_batch_whose_clients_left_still_holds_the_old_index_until_it_end
         assert not reload.done()  # so the reload waits for it before it collects the old index
         encoder.gate.set()
         answer = await asyncio.wait_for(reload, 30)
+        assert answer.status_code == 200 and answer.json()["index"]["released_previous"] is True
+        assert old() is None
+        assert docs_of(await search(client)) == {"b"}
+
+
+async def test_a_reload_collects_the_old_index_only_once_the_batchers_threads_let_go_of_it(
+        settings_for, async_serve, counting_factory, until, index_b, monkeypatch):
+    """A pool's thread keeps a job's arguments (the searcher of the batch it ran) a moment after the job's answer has
+    come back, until it takes its next job; the reload waits for that too before it collects the old index. Before,
+    it collected while the thread still held the old searcher, answered ``released_previous: true``, and the old
+    index, in a reference cycle, stayed in memory (a busy host, whose threads lag, made that happen)."""
+    from concurrent.futures import thread
+
+    lingering = threading.Event()
+    run = thread._WorkItem.run
+
+    def run_then_linger(self) -> None:  # the thread's lag after a job, made long: the job is let go of only after it
+        run(self)
+        if lingering.is_set() and threading.current_thread().name.startswith("spanseek-encode"):
+            time.sleep(0.3)
+
+    monkeypatch.setattr(thread._WorkItem, "run", run_then_linger)
+    factory, encoder = counting_factory(block=False)
+    app = create_app(settings_for(api_key=KEY, pipeline="off", warmup=False), factory)
+    state = app.state.service
+    async with async_serve(app) as client:
+        old = await _held_only_in_a_cycle(client, state)
+        lingering.set()
+        assert docs_of(await search(client)) != set()  # a batch on the old index: its thread lingers with it
+        answer = await asyncio.wait_for(client.post("/admin/reload", json={"index": str(index_b)}), 30)
+        lingering.clear()
         assert answer.status_code == 200 and answer.json()["index"]["released_previous"] is True
         assert old() is None
         assert docs_of(await search(client)) == {"b"}
