@@ -473,6 +473,21 @@ def test_keyword_queries(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     assert set(r["results"]["dense/keywords"]["vs_question"]) == {"phrase_em@1", "passage_acc@5"}
 
 
+@smoke("bench/lexical_analyzer.py")
+@pytest.mark.slow
+def test_lexical_analyzer(tmp_path, squad_index, tiny_model_dir, tiny_squad):
+    out = tmp_path / "analyzer.json"
+    run_bench("bench/lexical_analyzer.py", "choose", "--train", tiny_squad, "--articles", 8, "--out", out)
+    run_bench("bench/lexical_analyzer.py", "check", "--index", squad_index, "--model", tiny_model_dir, "--questions",
+              tiny_squad, "--work", tmp_path, "--out", out)
+    r = results(out, "training_choice.runs.folded.acc@1", "training_choice.runs.folded2.acc@5",
+                "validation_check.runs")  # check keeps what choose wrote
+    runs = r["validation_check"]["runs"]
+    assert set(runs) == {f"{a}/{m}" for a in ("folded", "folded2") for m in ("hybrid", "lexical")}
+    assert all("passage" in metrics for metrics in runs.values())
+    assert {"folded2 -question_words", "folded +digits"} <= set(r["training_choice"]["runs"])
+
+
 @pytest.mark.slow
 def test_hybrid_fit(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     run_bench("bench/hybrid.py", "fit", "--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
