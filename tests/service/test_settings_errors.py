@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -230,7 +231,8 @@ def test_the_bound_sockets_are_closed_when_the_server_fails_to_start(tiny_index,
     port = sockets[0].getsockname()[1]
     monkeypatch.setattr(server, "bind_sockets", lambda host, p: sockets)
     monkeypatch.setattr(cli, "check_servable", lambda settings: tiny_model_dir)
-    monkeypatch.setattr(app, "create_app", lambda settings, **kwargs: None)
+    stand_in = SimpleNamespace(state=SimpleNamespace(service=SimpleNamespace(status="starting")))  # the app serve holds
+    monkeypatch.setattr(app, "create_app", lambda settings, **kwargs: stand_in)
     monkeypatch.setattr(server, "server_config", lambda *args: None)
 
     def fails(self, sockets=None):
