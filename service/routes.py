@@ -537,6 +537,8 @@ async def search(
         # a request's filter is converted (``core_filter``) and checked against the index's field index, which builds
         # an older index's passage fields at its first passage condition (O(passages)), off the event loop
         params, unread = await asyncio.to_thread(check, body.filter) if body.filter is not None else check(None)
+        del check  # it holds this index's searcher: a request cancelled later keeps its frame in its task, and with it
+        # the old index after a reload (released_previous would then be untrue)
         if unread is not None:
             warnings.append(unread)
     except ValueError as e:  # SearchParamsError
