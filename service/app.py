@@ -135,10 +135,11 @@ class ServiceState:
         A load or reload of the index under way when the server stopped runs on until its index is read (minutes
         for a large one), and nothing waits for it any more; so does a search batch of a long request."""
         deadline = time.monotonic() + wait_s
-        for pool in self.pools:
+        pools = self.pools + (self.live.pools if self.live is not None else [])  # the writes' threads too
+        for pool in pools:
             if pool.thread is not None:
                 pool.thread.join(max(0.0, deadline - time.monotonic()))
-        return [pool.doing() for pool in self.pools if pool.thread is not None and pool.thread.is_alive()]
+        return [pool.doing() for pool in pools if pool.thread is not None and pool.thread.is_alive()]
 
     async def load(self, factory: SearcherFactory) -> None:
         """Load the searcher, warm it up, start the batcher, then report ready (or failed, with the reason).

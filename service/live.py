@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -63,6 +64,7 @@ from spanseek.service.file_reader import FileReader
 from spanseek.service.heap import settle
 from spanseek.service.logs import in_this_context
 from spanseek.service.metrics import ServiceMetrics
+from spanseek.service.pools import JobPool
 from spanseek.service.settings import Settings
 
 log = logging.getLogger("spanseek.service")
@@ -263,16 +265,17 @@ class LiveWrites:
         self.metrics = metrics
         self.base = base
         self.encoder_pool = encoder_pool
-        self.write_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spanseek-write")
+        self.write_pool = JobPool("spanseek-write")
         # its thread started now, at the service's CPU priority: a pool's thread takes the priority of the thread that
         # starts it, and a merge at the start (its priority lowered) may hand it the first task (``_merge``)
         self.write_pool.submit(int).result()
         # write_nice > 0: a write's steps run in a thread of their own at that lower CPU priority (and its torch
         # workers, started from it), beside search batches rather than between them
-        self.step_pool = (ThreadPoolExecutor(max_workers=1, thread_name_prefix="spanseek-write-steps",
-                                             initializer=lower_thread_priority,
-                                             initargs=(settings.write_nice, "write steps"))
+        self.step_pool = (JobPool("spanseek-write-steps",
+                                  functools.partial(lower_thread_priority, settings.write_nice, "write steps"))
                           if settings.write_nice > 0 else None)
+        # a stopping server names the job each still runs (service.app.ServiceState.unfinished)
+        self.pools = [pool for pool in (self.write_pool, self.step_pool) if pool is not None]
         self.current: Searcher = base
         self.published_base: PhraseIndex = base.index  # the base of the snapshot served last
         self.unfollowed_base: PhraseIndex | None = None  # a merged base whose searcher could not be made (_follow_base)

@@ -8,6 +8,7 @@ alert selects exists, against a real Prometheus; `alerts_test.yml` unit-tests th
 from __future__ import annotations
 
 import contextlib
+import functools
 import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -262,6 +263,7 @@ class ServiceMetrics:
         """``fn`` observed as one write step asked for at ``asked`` (``time.perf_counter()``): when it starts in the
         encoder's thread its wait is recorded, when it ends (or raises) its duration."""
 
+        @functools.wraps(fn)  # named by what it runs (service.pools.job_name)
         def step(*args: object) -> T:
             started = time.perf_counter()
             self.write_step_wait.observe(started - asked)

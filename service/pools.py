@@ -1,4 +1,5 @@
-"""The app's worker threads: pools of one thread each (the question encoder's, the search step's, the reloader's)
+"""The app's worker threads: pools of one thread each (the question encoder's, the search step's, the reloader's,
+the writes' and their encoding steps')
 that know which job their thread runs, and since when, so that a server stopping past a job can name it.
 
 ``ServiceState.pool`` makes them (service.app); ``spanseek serve`` names the jobs still running when it exits
@@ -33,6 +34,10 @@ JOB_NAMES = {
     "search_batch": "searching a warm-up batch",
     "signature_of": "reading the index's files' signature",
     "settle": "collecting freed memory",
+    "advance": "a step of a write's encoding",
+    "LiveStore.upsert": "writing documents",
+    "LiveStore.delete": "deleting documents",
+    "LiveStore.delete_where": "deleting documents by filter",
 }
 
 
@@ -47,6 +52,8 @@ def job_name(fn: Callable[..., Any], args: tuple[Any, ...]) -> str:
             fn, args = args[1], args[2:]
         elif getattr(fn, "__self__", None).__class__ is Context and args:  # Context.run(fn, *args)
             fn, args = args[0], args[1:]
+        elif (wrapped := getattr(fn, "__wrapped__", None)) is not None:  # a wrapper (a timed write step's)
+            fn = wrapped
         else:
             break
     name = getattr(fn, "__qualname__", None) or type(fn).__qualname__

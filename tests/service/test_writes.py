@@ -1143,3 +1143,45 @@ def test_writes_over_an_index_of_another_analyzer_are_made_with_its_analyzer(wri
         r = client.post("/search?unit=doc", headers=KEY, json={"query": "2", "top_k": 3, "mode": "lexical"})
         assert r.status_code == 200, r.text
         assert "asked" in [h["doc_id"] for h in r.json()["results"][0]["hits"]]
+
+
+def test_a_stopping_server_names_the_write_it_leaves_and_the_write_step_it_runs(write_settings, monkeypatch):
+    """The threads of the writes are named with their job in the warning of a server stopping past busy threads, as
+    the encoder's and the reloader's are (they were left out of it)."""
+    import functools
+
+    from spanseek.core import encoding
+    from spanseek.indexer.live import LiveStore
+
+    gate, entered = threading.Event(), threading.Event()
+
+    def held(fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            entered.set()
+            gate.wait(30)
+            return fn(*args, **kwargs)
+        return run
+
+    for held_step in (False, True):
+        gate.clear()
+        entered.clear()
+        with monkeypatch.context() as m:
+            if held_step:
+                m.setattr("spanseek.service.live.advance", held(encoding.advance))
+            else:
+                m.setattr(LiveStore, "upsert", held(LiveStore.upsert))
+            app = create_app(write_settings())
+            with serving(app) as client:
+                writer = threading.Thread(target=client.put, args=("/documents",),
+                                          kwargs={"headers": KEY, "json": {"documents": [DOC]}})
+                writer.start()
+                try:
+                    assert entered.wait(10)
+                    busy = app.state.service.unfinished(0.05)
+                finally:
+                    gate.set()
+                    writer.join(30)
+        expected = ("spanseek-write-steps_0 (a step of a write's encoding, " if held_step
+                    else "spanseek-write_0 (writing documents, ")
+        assert any(line.startswith(expected) for line in busy), busy
