@@ -4,7 +4,8 @@ A hit's ``passage`` is at most ``2 * passage_context_chars`` characters plus the
 asks for ``full_passage``; a whole answer is refused (400 ``response_too_large``) beyond ``max_response_bytes``
 before it is rendered, so neither a huge paragraph, large metadata nor a deep top_k can make the server build a huge
 body: the estimate counts every hit's strings and its metadata (as JSON, measured once per metadata object) and
-stops as soon as it passes the limit.
+stops as soon as it passes the limit. An answer sure to pass the limit whatever is found (many questions, a deep
+page of passages or documents) is refused before it is searched.
 Used by the /search route (service/routes.py).
 """
 
@@ -17,6 +18,9 @@ from typing import Any
 from fastapi import Response
 
 from spanseek.core.hits import Hit
+from spanseek.core.params import SearchParams
+from spanseek.core.text import has_text
+from spanseek.service.cost import CostModel
 from spanseek.service.errors import ResponseTooLarge
 from spanseek.service.schemas import SearchResponse
 
@@ -112,6 +116,27 @@ def check_response_size(size: int, limit: int, *, exact: bool) -> None:
             f"the response would be {what} bytes, over this server's limit of {limit} (max_response_bytes); "
             "ask for fewer hits (top_k) or queries, or leave full_passage off"
         )
+
+
+def least_hits(params: SearchParams, cost: CostModel) -> int:
+    """Hits the search is sure to give each question with text, known before it runs: a passage or document search
+    fills its page from the index's units (``core.dense``: it deepens until ``depth`` units are found, and a hybrid
+    ranking holds the dense one's), unless a filter, abstention (``min_confidence``), collapsing copies or reading may
+    leave some out; 0 otherwise (a phrase search may find fewer phrases than asked: overlapping ones are dropped)."""
+    mode = params.mode or cost.default_mode
+    if (params.unit == "phrase" or mode == "lexical" or params.filter is not None or params.read
+            or params.min_confidence is not None or params.collapse_duplicates):
+        return 0
+    return max(0, min(params.top_k, min(params.depth, cost.units.get(params.unit, 0)) - params.offset))
+
+
+def check_before_search(questions: list[str], params: SearchParams, cost: CostModel, limit: int) -> None:
+    """ResponseTooLarge (400), before searching, when the answer is sure to exceed ``limit`` bytes: ``least_hits``
+    per question with text, each at least ``HIT_OVERHEAD_BYTES`` and a character of phrase and of passage. It is
+    below ``estimated_bytes`` of whatever the search finds, so it refuses only what ``check_estimate`` would refuse
+    once searched: a huge request is refused at once, and one whose answer fits is searched."""
+    hits = least_hits(params, cost) * sum(has_text(q) for q in questions)
+    check_response_size(estimated_bytes([], questions) + hits * (HIT_OVERHEAD_BYTES + 2), limit, exact=False)
 
 
 def check_estimate(hits: list[list[dict[str, Any]]], queries: list[str], limit: int) -> None:

@@ -27,7 +27,7 @@ from spanseek.core.hits import Hit
 from spanseek.core.lexical import LexicalIndexMissing
 from spanseek.core.params import UNITS, SearchParams, SearchParamsError
 from spanseek.service.batcher import BatchOutcome
-from spanseek.service.bounds import check_estimate, passage_window, render_bounded
+from spanseek.service.bounds import check_before_search, check_estimate, passage_window, render_bounded
 from spanseek.service.cursors import Ranking
 from spanseek.service.errors import (
     BadRequest,
@@ -548,6 +548,7 @@ async def search(
     too_costly = refusal(params)
     if too_costly is not None:
         raise BadRequest(too_costly)
+    check_before_search(questions, params, state.cost, s.max_response_bytes)  # a sure 400: no search
     cost = state.cost.request(len(questions), params)
     client = client_key(request.scope, s.fair_share_by)
     # a rank_window deeper than the page: the ranking is that deep anyway, and its rest is kept for the next pages

@@ -153,3 +153,43 @@ def test_the_estimate_measures_shared_metadata_once_and_stops_past_the_limit(mon
     hit = {"text": "t", "passage": "p", "doc_id": "d", "title": "", "meta": meta}
     assert bounds.estimated_bytes([[hit] * 50], ["q"]) > 50 * 1000 and len(dumps) == 1
     assert bounds.estimated_bytes([[hit] * 50], ["q"], limit=3000) < 5000  # stopped after a few hits
+
+
+@pytest.mark.parametrize(("unit", "top_k"), [("passage", 30), ("doc", 5)])
+def test_an_answer_sure_to_pass_the_limit_is_refused_before_it_is_searched(settings_for, counting_factory, unit, top_k):
+    """Passages and documents fill their page from the index, so an answer of many questions x a deep page is known
+    to pass max_response_bytes before searching: refused at once with the same 400 (it was searched first: 86 s for
+    1,024 demo questions x top_k 200). At the bound itself, and for what the search may not fill (phrases, a
+    filter), the request is searched; an answer that fits is answered."""
+    from spanseek.service.bounds import HIT_OVERHEAD_BYTES
+    from tests.service.conftest import serving
+
+    factory, encoder = counting_factory()
+    questions = [f"who built the castle {i}?" for i in range(16)] + [" \u200b "]  # the blank one gets no hits
+    units = {"passage": 24, "doc": 6}  # the tiny index's
+    costly = {"max_request_cost": 1000.0, "warmup": False}  # every unit asked for: too costly at the default
+    body = {"queries": questions, "top_k": top_k, "full_passage": True}
+    # at least HIT_OVERHEAD_BYTES and a character of phrase and of passage a hit, 64 bytes and the text a question
+    bound = (sum(map(len, questions)) + 64 * len(questions)
+             + 16 * min(top_k, units[unit]) * (HIT_OVERHEAD_BYTES + 2))
+    with serving(create_app(settings_for(max_response_bytes=bound - 1, **costly), factory)) as c:
+        searched = len(encoder.calls)
+        r = c.post(f"/search?unit={unit}", json=body)
+        assert r.status_code == 400 and r.json()["error"] == "response_too_large", r.text
+        assert r.json()["message"].startswith(f"the response would be at least {bound} bytes, over this server's "
+                                              f"limit of {bound - 1} (max_response_bytes)")
+        assert len(encoder.calls) == searched  # refused before encoding
+        for searched_anyway in ({"queries": questions, "top_k": top_k, "full_passage": True, "allow_overlap": True},
+                                {**body, "filter": {"doc_ids": ["d0", "d1", "d2", "d3", "d4", "d5"]}}):
+            path = "/search?unit=phrase" if "allow_overlap" in searched_anyway else f"/search?unit={unit}"
+            c.post(path, json=searched_anyway)
+            assert len(encoder.calls) > searched
+            searched = len(encoder.calls)
+    with serving(create_app(settings_for(max_response_bytes=bound, **costly), factory)) as c:
+        searched = len(encoder.calls)
+        c.post(f"/search?unit={unit}", json=body)
+        assert len(encoder.calls) > searched  # at the bound: searched (and refused only if it does not fit)
+    with serving(create_app(settings_for(**costly), factory)) as c:
+        r = c.post(f"/search?unit={unit}", json=body)
+        assert r.status_code == 200 and [len(x["hits"]) for x in r.json()["results"]] == [
+            min(top_k, units[unit])] * 16 + [0]
