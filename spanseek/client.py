@@ -15,14 +15,18 @@ metadata, by metadata); on a server with writes on (``SPANSEEK_WRITES=1``) and w
 or by filter) and ``compact``.
 
 Retries (tenacity): a 429 (queue full), a 503 (loading, or shutting down) and a failed connection are tried again,
-up to ``max_retries`` times and ``max_retry_time`` seconds in all. A search or other read whose kept-alive connection
-the server closed as it was sent (its keep-alive timeout ran out at that moment) is sent again once, at once. The wait is the server's ``Retry-After`` when it
+up to ``max_retries`` times and ``max_retry_time`` seconds in all. A search, another read or a write by id (``PUT``,
+``DELETE``: sending it twice does what sending it once does) whose connection was closed before its whole answer came
+(a kept-alive connection the server closed as it was sent, a reset in the middle of the answer) is sent again once, at
+once; an add, a delete by filter, a compaction or a reload is not (the server may have done it), nor is a request
+that timed out (the server may still be working on it). The wait is the server's ``Retry-After`` when it
 gives a usable one (seconds or an HTTP date; negative or NaN values are ignored) plus a random share of
 ``backoff``, else an exponential back-off with jitter (``backoff`` x 2^n plus up to ``backoff``); never more than
 ``max_retry_wait`` at a time. Other answers are not retried. A non-2xx answer raises an ``APIError`` subclass
 carrying the server's error type, message and request id; a 2xx whose body is not the JSON expected raises
-``InvalidResponseError``; both are ``SpanseekError``s. Connection failures, after the retries, raise httpx's own
-exceptions.
+``InvalidResponseError``; both are ``SpanseekError``s; a 410 for a cursor whose ranking the server no longer keeps is
+a ``CursorExpiredError`` (a ``BadRequestError``): search again. Connection failures and timeouts, after the retries,
+raise httpx's own exception, its message naming the request, what happened, the tries and what to do.
 """
 
 from __future__ import annotations
@@ -204,6 +208,12 @@ class BadRequestError(APIError):
     """400, 413 or 422: the request was malformed or out of range; ``details`` lists validation errors (422)."""
 
 
+class CursorExpiredError(BadRequestError):
+    """410 ``cursor_expired``: the server no longer keeps the ranking of a ``next`` cursor (it kept it
+    ``cursor_ttl_s`` after its last page, and loses it when it restarts or the cursor reaches another replica); not
+    retried: search again for the first page."""
+
+
 class AuthenticationError(APIError):
     """401 or 403: a missing or wrong API key, or a permission the server does not grant."""
 
@@ -253,6 +263,7 @@ def _error(response: httpx.Response) -> APIError:
         body = {"error": response.reason_phrase or "error", "message": response.text[:500]}
     status = response.status_code
     cls = (AuthenticationError if status in (401, 403) else OverloadedError if status == 429 else
+           CursorExpiredError if status == 410 and body.get("error") == "cursor_expired" else
            BadRequestError if 400 <= status < 500 else ServerError)
     return cls(status, str(body.get("error", "error")), str(body.get("message", "")),
                body.get("request_id") or response.headers.get("x-request-id"), body.get("details"),
@@ -313,6 +324,39 @@ def _first_try_dropped(state: RetryCallState) -> bool:
 def is_read(method: str, path: str) -> bool:
     """Whether the request only reads (a GET, or a search), so that sending it again changes nothing."""
     return method == "GET" or (method, path) == ("POST", "/search")
+
+
+def is_idempotent(method: str, path: str) -> bool:
+    """Whether sending the request twice does what sending it once does: a read, or a write by id (``PUT`` replaces
+    the documents of its ids, ``DELETE`` removes one by id). An add (``POST /documents``, ``POST /files/...``), a
+    delete by filter, a compaction or a reload is not: the second could refuse what the first did, or do more."""
+    return is_read(method, path) or method in ("PUT", "DELETE")
+
+
+def _transport_failure(error: httpx.TransportError, method: str, base: str, path: str, tries: int,
+                       timeout: httpx.Timeout) -> httpx.TransportError:
+    """``error`` (after ``tries`` tries of ``method`` ``path`` at the service's ``base`` URL) again as its own httpx
+    type, its message saying what happened in words, whether the server may have done the request, and what to do."""
+    if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout):
+        what = f"could not connect (is the service running at {base}?)"
+    elif isinstance(error, httpx.PoolTimeout):
+        what = f"no connection of the client's pool came free within {timeout.pool:g} s"
+    elif isinstance(error, httpx.TimeoutException):
+        what = (f"no answer within the client's timeout ({timeout.read:g} s); not sent again, as the server may "
+                "still be working on it: give a longer timeout, or ask for less")
+    elif isinstance(error, DROPPED_ERRORS):
+        what = "the connection was closed before the whole answer came"
+        if not is_idempotent(method, path):
+            what += "; not sent again, as the server may have done it: look before sending it again"
+    else:
+        what = "the request failed"
+    try:
+        request: httpx.Request | None = error.request
+    except RuntimeError:  # (an error raised without its request)
+        request = None
+    plural = "try" if tries == 1 else "tries"
+    return type(error)(f"{method} {base}{path}: {what} ({type(error).__name__}: {error or 'no detail'}; {tries} "
+                       f"{plural})", request=request)
 
 
 def _last_outcome(state: RetryCallState) -> Any:
@@ -381,7 +425,7 @@ class _Base:
         """tenacity's arguments for a request of ``method`` to ``path``: what is retried, when to stop, how long to wait
         (one Retrying per call)."""
         retry = retry_if_exception_type(RETRIED_ERRORS) | retry_if_result(_retried)
-        if is_read(method, path):
+        if is_idempotent(method, path):
             retry = retry | _first_try_dropped
         return {"retry": retry,
                 "stop": stop_after_attempt(self.max_retries + 1) | stop_before_delay(self.max_retry_time),
@@ -396,6 +440,12 @@ class _Base:
         if isinstance(body.get("filter"), SearchFilter):  # a core filter goes as its JSON form (a dict as it is)
             body["filter"] = body["filter"].to_json()
         return body
+
+    def _failure(self, error: httpx.TransportError, method: str, path: str, retrying: Retrying | AsyncRetrying,
+                 timeout: httpx.Timeout) -> httpx.TransportError:
+        """The transport error a request ends with, its message saying what happened (``_transport_failure``)."""
+        tries = int(retrying.statistics.get("attempt_number", 1))
+        return _transport_failure(error, method, self.url, path, tries, timeout)
 
     @staticmethod
     def _reload_body(index: str | os.PathLike[str] | None) -> dict[str, Any]:
@@ -555,8 +605,13 @@ class Client(_Base):
                                   transport=transport)
 
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """One request, retried by the policy; the last answer whatever its status."""
-        return Retrying(sleep=_sleep, **self._policy(method, path))(self._http.request, method, path, **kwargs)
+        """One request, retried by the policy; the last answer whatever its status, or its last transport error
+        saying what happened (``_failure``)."""
+        retrying = Retrying(sleep=_sleep, **self._policy(method, path))
+        try:
+            return retrying(self._http.request, method, path, **kwargs)
+        except httpx.TransportError as e:
+            raise self._failure(e, method, path, retrying, self._http.timeout) from e
 
     def search(self, query: str, unit: Unit = "phrase", top_k: int | None = None,
                **options: Unpack[SearchOptions]) -> SearchResponse:
@@ -680,9 +735,13 @@ class AsyncClient(_Base):
                                        timeout=_timeout(timeout, connect_timeout), transport=transport)
 
     async def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """One request, retried by the policy; the last answer whatever its status."""
-        return await AsyncRetrying(sleep=_async_sleep, **self._policy(method, path))(self._http.request, method, path,
-                                                                                     **kwargs)
+        """One request, retried by the policy; the last answer whatever its status, or its last transport error
+        saying what happened (``_failure``)."""
+        retrying = AsyncRetrying(sleep=_async_sleep, **self._policy(method, path))
+        try:
+            return await retrying(self._http.request, method, path, **kwargs)
+        except httpx.TransportError as e:
+            raise self._failure(e, method, path, retrying, self._http.timeout) from e
 
     async def search(self, query: str, unit: Unit = "phrase", top_k: int | None = None,
                      **options: Unpack[SearchOptions]) -> SearchResponse:

@@ -303,3 +303,18 @@ def nfd_index(tmp_path_factory, tiny_model_dir) -> Path:
 def third_spelling_index(tmp_path_factory, tiny_model_dir) -> Path:
     """The tiny corpus plus a document held under ``THIRD_ID``, a spelling of "việt.txt" neither NFC nor NFD."""
     return _index_holding(tmp_path_factory.mktemp("third"), tiny_model_dir, THIRD_ID)
+
+
+@pytest.fixture
+def waits(monkeypatch) -> list[float]:
+    """spanseek.client's waits between tries, recorded instead of slept (sync and async)."""
+    import spanseek.client as client_module
+
+    recorded: list[float] = []
+
+    async def async_sleep(seconds: float) -> None:
+        recorded.append(seconds)
+
+    monkeypatch.setattr(client_module, "_sleep", recorded.append)
+    monkeypatch.setattr(client_module, "_async_sleep", async_sleep)
+    return recorded

@@ -207,19 +207,6 @@ NOT_READY = {"error": "not_ready", "message": "the model and index are still loa
 REFUSED = httpx.ConnectError("connection refused")
 
 
-@pytest.fixture
-def waits(monkeypatch) -> list[float]:
-    """The client's waits between tries, recorded instead of slept (sync and async)."""
-    recorded: list[float] = []
-
-    async def async_sleep(seconds: float) -> None:
-        recorded.append(seconds)
-
-    monkeypatch.setattr(client_module, "_sleep", recorded.append)
-    monkeypatch.setattr(client_module, "_async_sleep", async_sleep)
-    return recorded
-
-
 def test_429_503_and_refused_connections_are_retried_with_jittered_backoff(waits):
     transport, seen = fake_server([REFUSED, httpx.Response(503, json=NOT_READY, headers={"Retry-After": "5"}),
                                    httpx.Response(429, json=OVERLOADED), httpx.Response(200, json=OK)])
@@ -326,7 +313,8 @@ DROPPED = httpx.RemoteProtocolError("Server disconnected without sending a respo
                                      httpx.WriteError("[Errno 32] Broken pipe")])
 def test_a_read_on_a_connection_closed_under_it_is_sent_again_once_at_once(waits, dropped):
     """The server closes an idle kept-alive connection after keep_alive_s; a request sent on it at that moment gets
-    no answer. A search (or a GET) is sent again at once, once; a write is not (the server may have done it)."""
+    no answer. A search (or a GET, or a write by id) is sent again at once, once; an add is not (the server may have
+    done it)."""
     transport, seen = fake_server([dropped, httpx.Response(200, json=OK)])
     with Client("http://fake", transport=transport) as client:
         assert client.search("q").hits[0].text == "1340"
@@ -337,8 +325,12 @@ def test_a_read_on_a_connection_closed_under_it_is_sent_again_once_at_once(waits
     assert len(seen) == 2
     transport, seen = fake_server([dropped, httpx.Response(200, json={"documents": 1})])
     with Client("http://fake", transport=transport) as client, pytest.raises(type(dropped)):
-        client.upsert({"id": "a", "paragraphs": ["p"]})
+        client.add({"id": "a", "paragraphs": ["p"]})
     assert len(seen) == 1
+    transport, seen = fake_server([dropped, httpx.Response(200, json={"documents": 1})])
+    with Client("http://fake", transport=transport) as client:
+        assert client.upsert({"id": "a", "paragraphs": ["p"]}) == {"documents": 1}
+    assert len(seen) == 2
 
 
 async def test_the_async_client_sends_a_dropped_read_again_too(waits):
