@@ -6,7 +6,7 @@
 The vectors are synthetic and clustered (k-means and OPQ cost the same on any data of this shape; accuracy is not
 the point here, the format is): ``--n`` token vectors of ``--dim`` floats around 20,000 centres. For each factory the
 index is trained (``indexer.faiss_index.train_index``) and filled (``add_vectors``) once with ``gpu=False`` and
-once with ``gpu=True``, both from the same training sample. Reported per factory: seconds for each phase on each
+once with ``gpu=True``, both from the same training sample. ``--out`` is rewritten as each factory finishes. Reported per factory: seconds for each phase on each
 device, the GPU speed-up, and recall@10 against exact inner-product search on 200 held-out queries for both builds
 (the GPU build must give a CPU index of the same type and about the same recall).
 
@@ -30,6 +30,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from spanseek.core.faiss_spec import ivf_of  # noqa: E402
+from spanseek.core.io import write_json_atomic  # noqa: E402
 from spanseek.indexer.faiss_index import add_vectors, create_index, default_nprobe, parse_factory, train_index  # noqa: E402
 
 
@@ -104,8 +105,7 @@ def main() -> None:
             row["speedup"] = {k: round(row["cpu"][k] / max(row["gpu"][k], 1e-9), 1) for k in ("train_s", "add_s", "total_s")}
             print(factory, "GPU speed-up", row["speedup"], flush=True)
         report["factories"][factory] = row
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=2)
+        write_json_atomic(args.out, report)  # each factory as it finishes: a build cut by a deadline keeps the others
     print(json.dumps(report["factories"], indent=1))
 
 

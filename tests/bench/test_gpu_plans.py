@@ -1,0 +1,234 @@
+"""The two prepared GPU plans, bench/gpu/host.sh and bench/gpu/train_base.sh, checked without a GPU: what a device call
+carries fits it, the carried wheels cover what the GPU image lacks, every command the plans run parses against its
+own argument parser, and a run cut short still leaves its finished results in $OUT.
+
+The plans run here with a stand-in ``python3`` that records its arguments instead of running them (``CALLS``).
+
+    .venv/bin/python -m pytest -q tests/bench/test_gpu_plans.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import runpy
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "bench" / "gpu")]
+from carry_room import CALL_LIMIT, MIN_PIECE_MB, piece_mb, room_mb, travelling_bytes  # noqa: E402
+
+# The stand-in python3: each call's arguments NUL-separated, a record separator after them; `{}` written where a JSON or a folder is
+# asked for (--out, or the last argument of an inline program that dumps JSON); "1" printed for an inline program
+# (the plans read sizes and times from them); REAL_PY runs programs read from stdin (the summaries) when set;
+# SLEEP_ON: a pattern whose call sleeps (a step the device tool cuts).
+STUB = r"""#!/bin/sh
+printf '%s\0' "$@" >> "$CALLS"; printf '\036' >> "$CALLS"
+prev=""; last=""
+for a in "$@"; do
+    if [ "$prev" = --out ]; then mkdir -p "$(dirname "$a")" && echo '{}' > "$a"; fi
+    prev=$a; last=$a
+done
+case "$*" in *json.dump*) echo '{}' > "$last";; esac
+case "$*" in *"${SLEEP_ON:-@none@}"*) sleep 60;; esac
+if [ "$1" = - ] && [ -n "${REAL_PY:-}" ]; then exec "$REAL_PY" "$@"; fi
+case "$1" in -c|-) echo 1;; esac
+exit 0
+"""
+
+
+def stub_path(tmp_path: Path) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(STUB)
+    (bin_dir / "python3").chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "CALLS": str(tmp_path / "calls")}
+
+
+def calls(tmp_path: Path) -> list[list[str]]:
+    records = (tmp_path / "calls").read_text().split("\x1e") if (tmp_path / "calls").exists() else []
+    return [record.split("\0")[:-1] for record in records if record]
+
+
+def run_plan(script: str, phase: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    full = {**os.environ, **stub_path(tmp_path), "OUT": str(tmp_path / "out"), "WORK": str(tmp_path / "work"), **env}
+    return subprocess.run(["bash", str(ROOT / script), phase], cwd=ROOT, env=full, capture_output=True, text=True,
+                          timeout=60)
+
+
+# --- what a call carries -------------------------------------------------------------------------------------
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
+
+
+def test_slimming_takes_every_bundled_model_but_the_default_and_leaves_a_piece_room(tmp_path):
+    """`slim_checkout.sh on` untracks every bundled model's weights but the default model's; what travels then is
+    what carry_room counts: tracked files on disk and untracked ones not ignored."""
+    for name in ("default", "base", "reader", "default-2020-01"):
+        (tmp_path / "core" / "models" / name).mkdir(parents=True)
+        (tmp_path / "core" / "models" / name / "weights.safetensors").write_bytes(b"w" * 1000)
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", ".")
+    git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    (tmp_path / "new.py").write_text("y = 2\n")  # untracked, not ignored: it travels
+    out = subprocess.run(["bash", str(ROOT / "bench/gpu/slim_checkout.sh"), "on"], cwd=tmp_path, check=True,
+                         capture_output=True, text=True).stdout
+    assert git(tmp_path, "ls-files").split() == ["code.py", "core/models/default/weights.safetensors"]
+    assert travelling_bytes(tmp_path) == 6 + 1000 + 6
+    assert f"a piece may take {room_mb(1012)} MB" in out
+    (tmp_path / ".gpu").mkdir()
+    (tmp_path / ".gpu" / "piece").write_bytes(b"p" * 5000)  # staged pieces travel only as carried folders
+    assert travelling_bytes(tmp_path) == 1012 and piece_mb(tmp_path) == room_mb(1012)
+
+
+def test_a_checkout_too_large_to_carry_a_piece_is_refused_with_what_to_do(tmp_path):
+    git(tmp_path, "init", "-q")
+    with open(tmp_path / "big.bin", "wb") as f:  # sparse: its size is what counts
+        f.truncate(CALL_LIMIT - MIN_PIECE_MB * 1_000_000)
+    with pytest.raises(SystemExit, match="slim_checkout.sh on"):
+        piece_mb(tmp_path)
+
+
+def test_the_slimmed_checkout_leaves_room_for_pieces_of_at_least_30_mb():
+    """This checkout, less the weights `slim_checkout.sh on` takes out, leaves a call room for a piece of 30 MB or
+    more (the host archive's 198 MB in at most seven calls)."""
+    slimmed = [p for p in git(ROOT, "ls-files", "core/models/*/weights.safetensors").split()
+               if not p.startswith("core/models/default/")]
+    left = travelling_bytes(ROOT) - sum((ROOT / p).stat().st_size for p in slimmed if (ROOT / p).exists())
+    assert room_mb(left) >= 30, f"the slimmed checkout is {left / 1e6:.1f} MB"
+
+
+def shell_words(script: str, name: str) -> list[str]:
+    """The words of the shell variable NAME="..." in ``script``."""
+    text = (ROOT / script).read_text()
+    return re.search(rf'^{name}="([^"]*)"', text, re.MULTILINE | re.DOTALL).group(1).split()
+
+
+def test_host_wheels_and_the_gpu_image_cover_pyproject_within_its_bounds():
+    """Every requirement of spanseek and of its `serve` extra is either on the GPU image (HOST_HAS) or carried as a
+    pinned wheel (WHEELS), and every pin of a requirement satisfies pyproject's bound; faiss-gpu stands for
+    faiss-cpu, as the `gpu` extra says."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    required = [Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["serve"]
+                + project["optional-dependencies"]["gpu"]]
+    pins = dict(w.split("==") for w in shell_words("bench/gpu/host.sh", "WHEELS"))
+    pins = {canonicalize_name(name): version for name, version in pins.items()}
+    host = {canonicalize_name(n) for n in shell_words("bench/gpu/host.sh", "HOST_HAS")}
+    alias = {"faiss-cpu": "faiss-gpu"}
+    for req in required:
+        name = canonicalize_name(alias.get(req.name, req.name))
+        assert name in pins or name in host, f"{req.name}: neither carried nor on the GPU image"
+        if name in pins and name == canonicalize_name(req.name):
+            assert req.specifier.contains(pins[name]), f"{name}=={pins[name]} is outside pyproject's {req}"
+    assert not host & pins.keys()
+
+
+# --- every command the plans run parses ----------------------------------------------------------------------
+
+
+class Parsed(Exception):
+    """Raised in place of running a command once its arguments parsed."""
+
+
+def check_parses(argv: list[str], monkeypatch) -> None:
+    """``argv`` as the stand-in python3 got it: the spanseek CLI (``-c`` ... cli.main) or a bench script, parsed by
+    that command's own parser (which exits 2, naming the flag, on one it does not have); pytest's test files exist."""
+    if argv[:2] == ["-m", "pytest"]:
+        assert all((ROOT / a).is_file() for a in argv if a.startswith("tests/")), argv
+        return
+    if argv[0] == "-":
+        return  # a program of the plan's own, read from stdin
+    if argv[0] == "-c":
+        if "from spanseek.cli import main" not in argv[1]:
+            return  # an inline program of the plan's own
+        from spanseek.cli import build_parser
+        from spanseek.core.options import from_args
+        from spanseek.trainer.arguments import ReaderTrainConfig, TrainConfig
+
+        ns = build_parser().parse_args(argv[2:])
+        config = {("train", "phrase"): TrainConfig, ("train", "reader"): ReaderTrainConfig}.get(tuple(argv[2:4]))
+        if config:
+            from_args(config, ns)  # refuses what the run would leave unused
+        return
+    script = ROOT / argv[0]
+    assert script.is_file() and script.suffix == ".py", argv
+    original = argparse.ArgumentParser.parse_args
+
+    def parse_only(self, args=None, namespace=None):
+        original(self, args, namespace)
+        raise Parsed
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_only)
+    monkeypatch.setattr(sys, "argv", [str(script), *argv[1:]])
+    monkeypatch.syspath_prepend(str(script.parent))
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    main = runpy.run_path(str(script), run_name="plan_check")["main"]
+    with pytest.raises(Parsed):
+        main()
+    monkeypatch.undo()
+
+
+@pytest.mark.slow  # the parsers' imports: torch, transformers, the service
+def test_host_measure_runs_commands_whose_flags_exist(tmp_path, monkeypatch):
+    proc = run_plan("bench/gpu/host.sh", "measure", tmp_path, SKIP_INSTALL="1", SQUAD="squad.json.gz")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ran = calls(tmp_path)
+    scripts = {a[0] for a in ran if a[0].startswith("bench/")}
+    assert scripts == {"bench/gpu/host_data.py", "bench/gpu_search.py", "bench/service_load.py", "bench/gpu_build.py"}
+    assert any(a[:2] == ["-m", "pytest"] for a in ran) and any("index" in a[2:4] for a in ran if a[0] == "-c")
+    for argv in ran:
+        check_parses(argv, monkeypatch)
+
+
+# --- one budget, results as they finish ----------------------------------------------------------------------
+
+
+def test_host_measure_shares_its_budget_and_returns_what_finished_when_cut(tmp_path):
+    """Each step's limit leaves the later steps their shares of MEASURE_S; killed in the middle (as the device tool
+    kills a call at its limit), $OUT already holds the finished steps' JSON and a summary of them; run again, the
+    finished steps are skipped and their JSON comes back."""
+    shares = dict(e.split(":") for e in shell_words("bench/gpu/host.sh", "SHARES"))
+    assert sum(map(int, shares.values())) == 100
+    (tmp_path / "fake" / "torch").mkdir(parents=True)  # the summary's GPU query, fast and failing
+    (tmp_path / "fake" / "torch" / "__init__.py").write_text("raise ImportError('no torch here')\n")
+    env = {**os.environ, **stub_path(tmp_path), "OUT": str(tmp_path / "out"), "WORK": str(tmp_path / "work"),
+           "SKIP_INSTALL": "1", "MEASURE_S": "1000", "SLEEP_ON": "service_load.py", "REAL_PY": sys.executable,
+           "PYTHONPATH": str(tmp_path / "fake")}
+    proc = subprocess.Popen(["bash", str(ROOT / "bench/gpu/host.sh"), "measure"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "work" / "logs" / "service_phrase.log").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    out = tmp_path / "out"
+    summary = json.loads((out / "summary.json").read_text())
+    assert list(summary["steps"]) == ["faiss", "gpu_tests", "data", "index", "gpu_search"]
+    names = list(shares)
+    for name, step in summary["steps"].items():
+        later = sum(int(shares[n]) for n in names[names.index(name) + 1 :])  # percent the later steps are sure of
+        assert step["rc"] == 0 and 0 < step["limit_s"] <= 1000 - later * 10
+    assert (out / "gpu_search.json").is_file() and (out / "faiss.json").is_file() and (out / "logs.tgz").is_file()
+    for f in out.iterdir():
+        f.unlink()
+    env["SLEEP_ON"] = "@none@"
+    again = subprocess.run(["bash", str(ROOT / "bench/gpu/host.sh"), "measure"], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "gpu_search: done before" in again.stdout and "service_phrase: rc 0" in again.stdout
+    assert {"gpu_search.json", "service_phrase.json", "gpu_build.json", "summary.json"} <= {f.name for f in out.iterdir()}
+    assert len(list(out.iterdir())) <= 8  # what the device tool returns
