@@ -830,31 +830,6 @@ def test_gpu_shell_scripts_parse_and_state_their_usage(script):
     assert proc.returncode != 0 and f"usage: {script}" in proc.stderr
 
 
-@pytest.mark.parametrize("init_from", ["", "core/models/base"])
-def test_train_base_s_phrase_runs_are_accepted_from_the_backbone_and_from_init_from(init_from):
-    """The train phase's phrase runs (the teacher's fill and the training), as bash expands them, with and without
-    INIT_FROM: each builds its training config (a new model's encoder flags beside --init-from are refused)."""
-    from spanseek.cli import build_parser
-    from spanseek.core.options import from_args
-    from spanseek.trainer.arguments import TrainConfig
-
-    script = (ROOT / "bench/gpu/train_base.sh").read_text().replace("\\\n", " ")
-    prelude = script[:script.index("export PYTHONUNBUFFERED")]  # the flags' definitions
-    start = re.findall(r"^if \[ -n \"\$\{INIT_FROM.*?\bfi$", script, re.MULTILINE | re.DOTALL)
-    runs = [re.sub(r"\s*>\s*\S+\s+2>&1.*$", "", line) for line in script.splitlines()
-            if '"${SPANSEEK[@]}" train phrase' in line]
-    assert len(runs) == 2
-    stubs = ('elapsed() { echo 1; }\ntimeout() { shift; printf "%s\\0" "$@"; echo; }\nSPANSEEK=(spanseek)\n'
-             'TRAIN_S=480 STEPS=10 left=100 TEACH="--teacher /tmp/reader/last --lambda-kl 4"\n')
-    proc = subprocess.run(["bash", "-c", "\n".join([prelude, *start, stubs, *runs]), "train_base.sh", "train"],
-                          cwd=ROOT, env={**os.environ, "INIT_FROM": init_from}, capture_output=True, text=True,
-                          check=True)
-    for line in proc.stdout.splitlines():
-        argv = line.split("\0")[1:-1]  # (spanseek, then its arguments)
-        assert argv[:2] == ["train", "phrase"] and ("--init-from" in argv) == bool(init_from) != ("--lora-r" in argv)
-        from_args(TrainConfig, build_parser().parse_args(argv))  # refuses what the run would leave unused
-
-
 @pytest.mark.slow
 @smoke("bench/document_formats.py")
 def test_document_formats(tmp_path, tiny_model_dir, tiny_squad):

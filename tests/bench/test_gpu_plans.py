@@ -50,7 +50,7 @@ exit 0
 
 def stub_path(tmp_path: Path) -> dict[str, str]:
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     (bin_dir / "python3").write_text(STUB)
     (bin_dir / "python3").chmod(0o755)
     return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "CALLS": str(tmp_path / "calls")}
@@ -232,3 +232,28 @@ def test_host_measure_shares_its_budget_and_returns_what_finished_when_cut(tmp_p
     assert "gpu_search: done before" in again.stdout and "service_phrase: rc 0" in again.stdout
     assert {"gpu_search.json", "service_phrase.json", "gpu_build.json", "summary.json"} <= {f.name for f in out.iterdir()}
     assert len(list(out.iterdir())) <= 8  # what the device tool returns
+
+
+@pytest.mark.slow  # the parsers' imports: torch, transformers, the trainer
+def test_train_base_phases_run_commands_whose_flags_exist(tmp_path, monkeypatch):
+    """Every phase of the training plan, with a teacher and without, from the backbone and from INIT_FROM: each
+    command parses against its own parser, and each phrase run's flags build its training config (a new model's
+    encoder flags beside --init-from are refused)."""
+    work = tmp_path / "work"
+    (work / "reader" / "last").mkdir(parents=True)
+    (work / "reader" / "last" / "reader_config.json").write_text("{}")  # a reader phase's teacher, for teach
+    runs = [("probe", {"READER_PROBE_STEPS": "3"}), ("reader", {"TEACHER_S": "200"}), ("teach", {}),
+            ("train", {"TEACHER_S": "200"}), ("train", {"INIT_FROM": "core/models/base", "REUSE_TEACHER": "1"}),
+            ("train", {})]
+    for phase, env in runs:
+        run_plan("bench/gpu/train_base.sh", phase, tmp_path, **env)
+    ran = calls(tmp_path)
+    cli = [a[2:] for a in ran if a[0] == "-c" and "from spanseek.cli import main" in a[1]]
+    phrase = [a for a in cli if a[:2] == ["train", "phrase"]]
+    assert len(phrase) == 7 and sum("--init-from" in a for a in phrase) == 2  # probe 2; train 2, 2, 1 (fill, run)
+    assert sum(a[:2] == ["train", "reader"] for a in cli) == 3  # probe, reader, train with TEACHER_S
+    assert all(("--init-from" in a) != ("--lora-r" in a) for a in phrase)
+    scripts = {a[0] for a in ran if a[0].startswith("bench/")}
+    assert scripts == {"bench/gpu/carry_backbone.py", "bench/gpu/teacher_cache.py"}
+    for argv in ran:
+        check_parses(argv, monkeypatch)
