@@ -132,7 +132,7 @@ except Exception as e:  # noqa: BLE001
 json.dump({"device": sys.argv[3], "budget_s": int(sys.argv[4]), **info, "steps": steps}, open(sys.argv[2], "w"), indent=1)
 PY
 }
-trap 'echo "done in $(( $(date +%s) - T0 )) s"; ls -la "$OUT"' EXIT
+trap 'report; echo "done in $(( $(date +%s) - T0 )) s"; ls -la "$OUT"' EXIT  # a rerun with nothing left to run too
 
 # the checkout as the spanseek package where it is not installed (as bench/gpu/train_base.sh)
 if ! python3 -c "import spanseek.trainer" 2>/dev/null; then

