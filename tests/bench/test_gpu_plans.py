@@ -289,3 +289,31 @@ def test_the_checkout_becomes_the_package_where_spanseek_is_not_installed(tmp_pa
                              cwd=tmp_path, check=True, capture_output=True, text=True).stdout.split()
     assert origins == [str(pkg / "spanseek" / "cli.py"), str(pkg / "spanseek" / "core" / "__init__.py")]
     assert all((pkg / "spanseek" / d).resolve() == ROOT / d for d in ("indexer", "trainer", "service", "data"))
+
+
+def test_host_measure_joins_ten_or_more_pieces_in_their_order(tmp_path):
+    """Staged in 11 pieces (.gpu/h1 .. .gpu/h11, a small room beside the checkout), the archive is joined in the
+    pieces' order, not the folders' (h10 sorts before h2), so its checksum holds and it unpacks."""
+    import hashlib
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, size in (("squad.json.gz", 5000), ("minilm/manifest.json", 300), ("wheels/a-1-py3-none-any.whl", 900)):
+            info = tarfile.TarInfo(name)
+            info.size = size
+            tar.addfile(info, io.BytesIO(os.urandom(size)))
+    data = buf.getvalue()
+    cut = -(-len(data) // 11)
+    (tmp_path / "bench").symlink_to(ROOT / "bench")  # the plan runs from a checkout: this one's scripts
+    for k in range(11):
+        folder = tmp_path / ".gpu" / f"h{k + 1}"
+        folder.mkdir(parents=True)
+        (folder / f"host.tar.part.{k:02d}").write_bytes(data[k * cut : (k + 1) * cut])
+    (tmp_path / ".gpu" / "h11" / "host.tar.sha256").write_text(hashlib.sha256(data).hexdigest() + "\n")
+    env = {**os.environ, **stub_path(tmp_path), "OUT": str(tmp_path / "out"), "WORK": str(tmp_path / "work")}
+    proc = subprocess.run(["bash", str(ROOT / "bench/gpu/host.sh"), "measure"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert "install: rc 0" in proc.stdout, proc.stdout + proc.stderr
+    assert (tmp_path / "work" / "carried" / "squad.json.gz").stat().st_size == 5000
