@@ -5,7 +5,7 @@ presentation) files and directories, chunked into passages.
         [--tokenizer model|words] [--id-field KEY] [--meta KEY=VALUE ...] [--strict]
 
 Directories are walked recursively (hidden files and folders skipped) for ``.txt``, ``.md``/``.markdown``,
-``.html``/``.htm``, ``.pdf``, ``.docx``, ``.pptx``, ``.epub``, ``.odt`` and ``.odp`` files; other files in them are
+``.html``/``.htm``, ``.pdf``, ``.docx``, ``.pptx``, ``.epub``, ``.odt``, ``.odp``, ``.fodt`` and ``.fodp`` files; other files in them are
 ignored, while a file named on the command line must have one of those suffixes. Each file is one document:
 
 - **id**: its path relative to the directory given (``guide/install.md``), or, for a file given by name, its path
@@ -55,7 +55,7 @@ ignored, while a file named on the command line must have one of those suffixes.
 
   PDF files: ``indexer.documents`` (and ``indexer.pdf_layout``); Word files: ``indexer.word``, whose table rows read
   as above; PowerPoint files: ``indexer.slides``; EPUB e-books: ``indexer.epub``, each document of the book's spine
-  read as an HTML file's blocks are; OpenDocument files: ``indexer.opendocument``, text as Word files are,
+  read as an HTML file's blocks are; OpenDocument files (packaged or flat): ``indexer.opendocument``, text as Word files are,
   presentations as PowerPoint files are. Then ``indexer.chunking`` makes passages of them, never mixing two pages of
   a PDF, two slides, two chapters or two sections.
 - **meta**: ``source`` (the path), Markdown front matter (YAML), HTML ``<meta name|property=... content=...>``
@@ -122,7 +122,10 @@ Reader = Callable[[Path, str, "IngestOptions"], "Document | str"]
 
 FORMATS = {".txt": "text", ".text": "text", ".md": "markdown", ".markdown": "markdown", ".html": "html",
            ".htm": "html", ".pdf": "pdf", ".docx": "word", ".pptx": "powerpoint", ".epub": "epub",
-           ".odt": "opendocument", ".odp": "opendocument presentation"}
+           ".odt": "opendocument", ".odp": "opendocument presentation", ".fodt": "opendocument",
+           ".fodp": "opendocument presentation"}
+# from-files' suffixes as messages list them
+LISTED = "/".join(FORMATS)
 # formats read from bytes, not decoded as UTF-8 text
 _BINARY = {"pdf": extract_pdf, "word": extract_docx, "powerpoint": extract_pptx, "epub": extract_epub,
            "opendocument": extract_odt, "opendocument presentation": extract_odp}
@@ -510,7 +513,7 @@ def corpus_problem(path: str | Path) -> str | None:
     then = f"; then index it with `spanseek index build --corpus {out} ...`"
     if path.is_dir():
         return (f"{path} is a directory, not a JSONL corpus; make one of its "
-                f".txt/.md/.html/.pdf/.docx/.pptx/.epub/.odt/.odp files with `spanseek corpus from-files {path} --out {out}`{then}")
+                f"{LISTED} files with `spanseek corpus from-files {path} --out {out}`{then}")
     if not path.is_file():
         return f"corpus {path} does not exist"
     suffix = Path(path.name.lower().removesuffix(".gz")).suffix
@@ -527,6 +530,6 @@ def corpus_problem(path: str | Path) -> str | None:
                 f"`spanseek corpus from-squad {path} --out {out}`{then}")
     if head.strip() and not head.lstrip().startswith("{"):
         return (f"{path} is not a JSONL corpus (one JSON object a line: {{\"id\", \"title\", \"paragraphs\"}}); "
-                "`spanseek corpus from-files` converts .txt/.md/.html/.pdf/.docx/.pptx/.epub/.odt/.odp files and directories of them, "
+                f"`spanseek corpus from-files` converts {LISTED} files and directories of them, "
                 "`spanseek corpus from-squad` SQuAD-format files")
     return None

@@ -1,5 +1,6 @@
 """OpenDocument text files (.odt: LibreOffice Writer's) -> paragraphs with their heading paths, and presentations
-(.odp: Impress's) -> paragraphs with their slide, for ``indexer.ingest``.
+(.odp: Impress's) -> paragraphs with their slide, for ``indexer.ingest``; flat files (.fodt, .fodp: the package's
+parts in one XML document) read as their package does.
 
     spanseek corpus from-files minutes.odt talk.odp DOCS/ --out corpus.jsonl
 
@@ -24,9 +25,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from spanseek.indexer.extracted import Extracted, Sections, Unreadable, header_names, row_text
+from spanseek.indexer.extracted import MAX_INFLATED, Extracted, Sections, Unreadable, header_names, row_text
 from spanseek.indexer.html_shown import counted
-from spanseek.indexer.packaged import Package
+from spanseek.indexer.packaged import Package, xml_of
 
 KIND = "OpenDocument text (.odt) file"
 PRESENTATION_KIND = "OpenDocument presentation (.odp) file"
@@ -325,11 +326,10 @@ def _rows(table: Any) -> Iterator[tuple[bool, Any]]:
     return walk(table, False)
 
 
-def _metadata(package: Package) -> dict[str, Any]:
-    """``title``, ``author`` (the initial creator, else the last to save it) and ``language`` from ``meta.xml``."""
-    if "meta.xml" not in package.names:
-        return {}
-    meta = package.xml("meta.xml").find(f"{_OFFICE}meta")
+def _metadata(root: Any) -> dict[str, Any]:
+    """``title``, ``author`` (the initial creator, else the last to save it) and ``language`` from the ``office:meta``
+    of ``root`` (``meta.xml``'s, or a flat file's document); {} where there is none."""
+    meta = root.find(f"{_OFFICE}meta") if root is not None else None
     if meta is None:
         return {}
 
@@ -353,20 +353,63 @@ def _refuse_password(package: Package) -> None:
 
 
 def _body(path: Path, kind: str, mimetype: str, body: str) -> tuple[Any, _Styles, dict[str, Any]]:
-    """An OpenDocument file's body (office:``body``: "text", "presentation"), its styles and its metadata; Unreadable,
-    saying why, for a file that cannot be read as one of ``kind``."""
-    package = Package(path, kind, mimetype)
-    try:
-        _refuse_password(package)
-        content = package.xml("content.xml")
-        styles = _Styles(content, *([package.xml("styles.xml")] if "styles.xml" in package.names else []))
-        meta = _metadata(package)
-    finally:
-        package.close()
+    """An OpenDocument file's body (office:``body``: "text", "presentation", "spreadsheet"), its styles and its
+    metadata; Unreadable, saying why, for a file that cannot be read as one of ``kind``. A flat file (``.fodt``,
+    ``.fodp``, ``.fods``: the package's parts in one XML document, ``office:document``) is read as its package is."""
+    if path.suffix.lower() in FLAT:
+        kind = FLAT[path.suffix.lower()][1]
+        content = _flat_document(path, kind, mimetype)
+        styles, meta, where = _Styles(content), _metadata(content), "it"
+    else:
+        package = Package(path, kind, mimetype)
+        try:
+            _refuse_password(package)
+            content = package.xml("content.xml")
+            styles = _Styles(content, *([package.xml("styles.xml")] if "styles.xml" in package.names else []))
+            meta = _metadata(package.xml("meta.xml")) if "meta.xml" in package.names else {}
+        finally:
+            package.close()
+        where = "its content.xml"
     found = content.find(f"{_OFFICE}body/{_OFFICE}{body}")
     if found is None:
-        raise Unreadable(f"not an {kind}: its content.xml has no office:{body} body")
+        raise Unreadable(f"not a readable {kind}: {where} has no office:{body} body")
     return found, styles, meta
+
+
+# the flat OpenDocument suffixes: the package's suffix, and what a file of each is called
+FLAT = {".fodt": (".odt", "flat OpenDocument text (.fodt) file"),
+        ".fodp": (".odp", "flat OpenDocument presentation (.fodp) file"),
+        ".fods": (".ods", "flat OpenDocument spreadsheet (.fods) file")}
+# what a flat file's ``office:mimetype`` says it is: the suffix to give it
+_FLAT_SUFFIXES = {f"application/vnd.oasis.opendocument.{kind}": suffix
+                  for kind, suffix in (("text", ".fodt"), ("presentation", ".fodp"), ("spreadsheet", ".fods"))}
+
+
+def _flat_document(path: Path, kind: str, mimetype: str) -> Any:
+    """A flat OpenDocument file's ``office:document`` element, parsed as a package's parts are (``xml_of``: no entity
+    expanded, nesting bounded) from at most ``MAX_INFLATED`` bytes; Unreadable naming what the file is instead (a
+    zip package: the suffix to rename it to; XML of another kind; XML that is not well-formed, with the line)."""
+    from lxml import etree
+
+    if (size := path.stat().st_size) > MAX_INFLATED:
+        raise Unreadable(f"{size:,} bytes, more than the {MAX_INFLATED >> 20:,} MiB a file's reader may hold; not read")
+    data = path.read_bytes()
+    if data.startswith(b"PK"):  # a package named as a flat file
+        raise Unreadable(f"a zip archive (an OpenDocument package, or another kind of file), not a {kind}: a flat "
+                         f"file is one XML document; if it is a package, rename it to {FLAT[path.suffix.lower()][0]}")
+    try:
+        root = xml_of(data)
+    except etree.XMLSyntaxError as e:
+        what = "an empty file (0 bytes)" if not data.strip() else f"not well-formed XML ({e.msg})"
+        raise Unreadable(f"not a readable {kind}: {what}") from None
+    if root.tag != f"{_OFFICE}document":
+        raise Unreadable(f"not a {kind}: its root element is {etree.QName(root).localname!r}, not office:document")
+    declared = root.get(f"{_OFFICE}mimetype", "")
+    if declared != mimetype:
+        own = _FLAT_SUFFIXES.get(declared)
+        raise Unreadable(f"a flat OpenDocument file of type {declared or '(none given)'!r}, not a {kind}"
+                         + (f"; rename it to {own}" if own else ""))
+    return root
 
 
 def extract_odt(path: Path) -> Extracted:
