@@ -180,7 +180,8 @@ def decompression_bomb(packed: int, size: int) -> str | None:
 
 # the zip packages from-files reads, by their mimetype part: the suffix to give one named as another kind of file
 PACKAGE_SUFFIXES = {"application/epub+zip": ".epub", "application/vnd.oasis.opendocument.text": ".odt",
-                    "application/vnd.oasis.opendocument.presentation": ".odp"}
+                    "application/vnd.oasis.opendocument.presentation": ".odp",
+                    "application/vnd.oasis.opendocument.spreadsheet": ".ods"}
 OLE = b"\xd0\xcf\x11\xe0"  # how an OLE (Compound File) file starts: an old .doc or .ppt, or an encrypted .docx or .pptx
 
 

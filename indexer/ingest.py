@@ -1,11 +1,12 @@
-"""Documents -> a JSONL corpus: text, Markdown, HTML, PDF, Word, PowerPoint, EPUB and OpenDocument (text and
-presentation) files and directories, chunked into passages.
+"""Documents -> a JSONL corpus: text, Markdown, HTML, PDF, Word, PowerPoint, EPUB, OpenDocument (text, presentation
+and spreadsheet), Excel and CSV files and directories, chunked into passages.
 
     spanseek corpus from-files DOCS/ notes.md page.html --out corpus.jsonl [--max-tokens 200 --overlap 40]
         [--tokenizer model|words] [--id-field KEY] [--meta KEY=VALUE ...] [--strict]
 
 Directories are walked recursively (hidden files and folders skipped) for ``.txt``, ``.md``/``.markdown``,
-``.html``/``.htm``, ``.pdf``, ``.docx``, ``.pptx``, ``.epub``, ``.odt``, ``.odp``, ``.fodt`` and ``.fodp`` files; other files in them are
+``.html``/``.htm``, ``.pdf``, ``.docx``, ``.pptx``, ``.epub``, ``.odt``, ``.odp``, ``.fodt``, ``.fodp``, ``.xlsx``/``.xlsm``,
+``.ods``/``.fods``, ``.csv`` and ``.tsv`` files; other files in them are
 ignored, while a file named on the command line must have one of those suffixes. Each file is one document:
 
 - **id**: its path relative to the directory given (``guide/install.md``), or, for a file given by name, its path
@@ -56,21 +57,22 @@ ignored, while a file named on the command line must have one of those suffixes.
   PDF files: ``indexer.documents`` (and ``indexer.pdf_layout``); Word files: ``indexer.word``, whose table rows read
   as above; PowerPoint files: ``indexer.slides``; EPUB e-books: ``indexer.epub``, each document of the book's spine
   read as an HTML file's blocks are; OpenDocument files (packaged or flat): ``indexer.opendocument``, text as Word files are,
-  presentations as PowerPoint files are. Then ``indexer.chunking`` makes passages of them, never mixing two pages of
-  a PDF, two slides, two chapters or two sections.
+  presentations as PowerPoint files are; spreadsheets and tables: ``indexer.spreadsheet``, a paragraph a row
+  ("Item: Tea; Price: 3.2"). Then ``indexer.chunking`` makes passages of them, never mixing two pages of
+  a PDF, two slides, two chapters, two sections or two rows of a sheet.
 - **meta**: ``source`` (the path), Markdown front matter (YAML), HTML ``<meta name|property=... content=...>``
   tags and a page's ``author`` and ``date`` (its byline as trafilatura reads it; the date ISO-8601), a PDF's page count (``pages``) or a deck's slide count (``slides``),
   an e-book's ``title``, ``author``, ``language`` and chapter count (``chapters``), an OpenDocument file's ``title``, ``author`` and ``language`` (and a
   presentation's ``slides``), and the fixed ``extra_meta`` given; all of it is stored in the index and
   comes back with hits. Passages of a PDF carry their ``page`` (and ``page_end`` when a paragraph runs onto the
   next page, and ``section``, the path of its bookmarks, where it has an outline), those of a PowerPoint file or an OpenDocument presentation their ``slide`` and ``section`` (the slide's
-  title), those of an e-book their ``chapter`` and ``section``, those of a Word, OpenDocument, Markdown or HTML file their ``section`` (the heading path, "Intro > Scope"); hits return them in ``meta`` too.
+  title), those of an e-book their ``chapter`` and ``section``, those of a spreadsheet their ``sheet`` and ``row``, those of a Word, OpenDocument, Markdown or HTML file their ``section`` (the heading path, "Intro > Scope"); hits return them in ``meta`` too.
 
 Text files are read as UTF-8 (a BOM is allowed; any line ends), or as UTF-16 or UTF-32 when they begin with that
 encoding's byte order mark; an HTML page that is not UTF-8 in the encoding its ``<meta charset>`` declares. A file that is binary (has NUL bytes, anywhere), not valid
 UTF-8, or without text, a PDF without a text layer, a PDF, Word or PowerPoint file that cannot be read (damaged,
 truncated, encrypted, another kind of file renamed), an EPUB or OpenDocument file that cannot be read (the same,
-or DRM-protected, or password-protected), an old Word ``.doc`` or PowerPoint ``.ppt`` file in a folder
+or DRM-protected, or password-protected), an old Word ``.doc``, PowerPoint ``.ppt`` or Excel ``.xls`` file in a folder
 (``UNREAD``), and a file or folder
 this process may not read are skipped with a warning naming it and the reason, and the other files are read
 (``strict`` makes a skip an error). Errors naming the file (and the line): front matter that is not valid YAML, that uses aliases (they
@@ -114,6 +116,7 @@ from spanseek.indexer.markup import LINE_END, extract_html, extract_markdown, te
 from spanseek.indexer.opendocument import extract_odp, extract_odt
 from spanseek.indexer.pdf_layout import dehyphenate
 from spanseek.indexer.slides import extract_pptx
+from spanseek.indexer.spreadsheet import extract_csv, extract_ods, extract_xlsx
 from spanseek.indexer.word import extract_docx
 
 log = logging.getLogger(__name__)
@@ -123,17 +126,21 @@ Reader = Callable[[Path, str, "IngestOptions"], "Document | str"]
 FORMATS = {".txt": "text", ".text": "text", ".md": "markdown", ".markdown": "markdown", ".html": "html",
            ".htm": "html", ".pdf": "pdf", ".docx": "word", ".pptx": "powerpoint", ".epub": "epub",
            ".odt": "opendocument", ".odp": "opendocument presentation", ".fodt": "opendocument",
-           ".fodp": "opendocument presentation"}
+           ".fodp": "opendocument presentation", ".xlsx": "excel", ".xlsm": "excel", ".ods": "opendocument spreadsheet",
+           ".fods": "opendocument spreadsheet", ".csv": "csv", ".tsv": "csv"}
 # from-files' suffixes as messages list them
 LISTED = "/".join(FORMATS)
 # formats read from bytes, not decoded as UTF-8 text
 _BINARY = {"pdf": extract_pdf, "word": extract_docx, "powerpoint": extract_pptx, "epub": extract_epub,
-           "opendocument": extract_odt, "opendocument presentation": extract_odp}
+           "opendocument": extract_odt, "opendocument presentation": extract_odp, "excel": extract_xlsx,
+           "opendocument spreadsheet": extract_ods}
 # document formats that are not read, each with what to do instead: a folder's files of these are named as skipped
 UNREAD = {".doc": "an old Word (.doc) file, which from-files does not read; save it as .docx (in Word, or "
                   "`soffice --headless --convert-to docx FILE`) and ingest the result",
           ".ppt": "an old PowerPoint (.ppt) file, which from-files does not read; save it as .pptx (in PowerPoint, "
-                  "or `soffice --headless --convert-to pptx FILE`) and ingest the result"}
+                  "or `soffice --headless --convert-to pptx FILE`) and ingest the result",
+          ".xls": "an old Excel (.xls) file, which from-files does not read; save it as .xlsx (in Excel, or "
+                  "`soffice --headless --convert-to xlsx FILE`) and ingest the result"}
 
 
 def parse_meta(items: Sequence[str], flag: str = "--meta") -> dict[str, str]:
@@ -385,6 +392,8 @@ def extract_file(path: Path) -> Extracted:
         return extract_html(source, str(path))
     if fmt == "markdown":
         return extract_markdown(source, str(path))
+    if fmt == "csv":
+        return extract_csv(source, path)
     return extract_text(source)
 
 

@@ -31,11 +31,12 @@ def xml_of(data: bytes) -> Any:
 
 
 class Package:
-    """A zip package of XML parts (an EPUB, an OpenDocument file) opened for reading: ``kind`` names it in every
-    reason a file is skipped ("EPUB (.epub) file"). Unreadable, saying what the file is instead, where it is no zip,
-    a decompression bomb, or a package of another kind (``mimetype``)."""
+    """A zip package of XML parts (an EPUB, an OpenDocument file; with no ``mimetype``, an Office Open XML file such
+    as an Excel workbook) opened for reading: ``kind`` names it in every reason a file is skipped ("EPUB (.epub)
+    file"). Unreadable, saying what the file is instead, where it is no zip, a decompression bomb, or a package of
+    another kind (``mimetype``)."""
 
-    def __init__(self, path: Path, kind: str, mimetype: str) -> None:
+    def __init__(self, path: Path, kind: str, mimetype: str | None) -> None:
         self.kind = kind
         if (bomb := zip_bomb(path)) is not None:
             raise Unreadable(bomb)
@@ -51,7 +52,10 @@ class Package:
                     "application/vnd.oasis.opendocument") else f"a package of type {declared!r}")
                 own = PACKAGE_SUFFIXES.get(declared)  # one from-files reads under its own suffix
                 raise Unreadable(f"{what}, not an {kind}" + (f"; rename it to {own}" if own else ""))
-        elif "[Content_Types].xml" in self.names:
+        elif mimetype is None and "[Content_Types].xml" not in self.names:
+            raise Unreadable(f"not an {kind}: a zip archive with no [Content_Types].xml part, which every Office file "
+                             "has")
+        elif mimetype is not None and "[Content_Types].xml" in self.names:
             raise Unreadable(f"an Office Open XML file (Word, PowerPoint or Excel), not an {kind}; rename it to its "
                              "own suffix (.docx, .pptx)")
 

@@ -164,7 +164,8 @@ def test_the_pages_name_every_format_a_file_write_reads():
     names = {"text": "text", "markdown": "Markdown", "html": "HTML", "pdf": "PDF", "word": "Word",
              "powerpoint": "PowerPoint", "epub": "EPUB",
              "opendocument": "OpenDocument",
-             "opendocument presentation": "OpenDocument"}
+             "opendocument presentation": "OpenDocument", "opendocument spreadsheet": "OpenDocument",
+             "excel": "Excel", "csv": "CSV"}
     assert set(FORMATS.values()) == set(names)
     for page, where in (("README.md", r"`PUT /files/\{name\}` \(([^)]*)\)"),
                         ("docs/python.md", r"`POST /files/\{name\}`: ([^;]*);")):

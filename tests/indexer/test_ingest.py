@@ -415,8 +415,11 @@ def test_index_build_names_the_converter(docs_dir, tmp_path, tiny_squad, tiny_co
         with pytest.raises(BuildError) as e:
             build_index(path, tiny_model_dir, tmp_path / "index")
         assert command in str(e.value) and "spanseek index build --corpus" in str(e.value)
-    (tmp_path / "table.csv").write_text("a,b\n")
-    assert "is not a JSONL corpus" in corpus_problem(tmp_path / "table.csv")
+    (tmp_path / "table.dat").write_text("a,b\n")
+    assert "is not a JSONL corpus" in corpus_problem(tmp_path / "table.dat")
+    (tmp_path / "table.csv").write_text("a,b\n")  # a table from-files reads
+    assert f"is a csv file, not a JSONL corpus; convert it with `spanseek corpus from-files {tmp_path}/table.csv" in (
+        corpus_problem(tmp_path / "table.csv"))
     assert not (tmp_path / "index").exists()  # refused before anything was made
 
 

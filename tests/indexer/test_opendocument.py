@@ -146,7 +146,7 @@ def test_protected_damaged_and_renamed_files_are_named_with_what_is_wrong(tmp_pa
     assert why(write_odt(tmp_path / "bad.odt", content="<office:document-content><oops")).startswith(
         "not a readable OpenDocument text (.odt) file: its part content.xml is not well-formed XML (")
     assert why(write_odt(tmp_path / "sheet.odt", mimetype="application/vnd.oasis.opendocument.spreadsheet")) == (
-        "an OpenDocument spreadsheet (.ods), not an OpenDocument text (.odt) file")
+        "an OpenDocument spreadsheet (.ods), not an OpenDocument text (.odt) file; rename it to .ods")
     (tmp_path / "cut.odt").write_bytes(write_odt(tmp_path / "whole.odt").read_bytes()[:300])
     assert why(tmp_path / "cut.odt").startswith("not a readable OpenDocument text (.odt) file: its zip archive is "
                                                 "truncated or damaged")

@@ -116,7 +116,7 @@ def test_refusals_name_the_file_and_the_reason_and_write_nothing(write_settings,
     far = office_file(tmp_path / "far.pptx", "ppt/slides/slide1.xml", SLIDE % SHAPE % b"far")
     with serving(create_app(write_settings())) as client:
         cases = [
-            ("report.xlsx", b"PK\x03\x04", 415, ".docx"),  # no reader for the suffix; the message lists them
+            ("report.xls", b"\xd0\xcf\x11\xe0", 415, ".docx"),  # no reader for the suffix; the message lists them
             ("report", b"text", 415, ".pdf"),
             # a hidden file's name, whose suffix was said to be missing from the list that names it; no name at all
             (".txt", b"text", 415, "a name that is a dot and a suffix alone is a hidden file's"),
@@ -129,6 +129,8 @@ def test_refusals_name_the_file_and_the_reason_and_write_nothing(write_settings,
             ("latin.txt", "café".encode("latin-1"), 422, "latin.txt: "),
             ("broken.pdf", b"%PDF-1.4\n1 0 obj <<", 422, "broken.pdf: "),
             ("broken.docx", b"PK\x03\x04 not a zip", 422, "broken.docx: "),
+            ("broken.xlsx", b"PK\x03\x04 not a zip", 422, "broken.xlsx: not a readable Excel workbook (.xlsx) file"),
+            ("open.csv", b'a,b\n1,"2\n', 422, "open.csv: not a readable CSV file: the record from line 2: unexpected end of "),
             ("bad.md", b"---\ntitle: [unclosed\n---\nText.\n", 422, "bad.md"),
             ("bomb.docx", bomb.read_bytes(), 422, "bomb.docx: a zip bomb: its part word/document.xml expands"),
             ("far.pptx", far.read_bytes(), 422, "far.pptx: not a readable PowerPoint (.pptx) file: its XML breaks"),
@@ -176,13 +178,17 @@ def test_a_pdf_file_keeps_its_pages(write_settings, tmp_path):
 
 @pytest.mark.parametrize(("name", "title", "passage_meta"), [
     ("books/tales.epub", "Harbour Tales", {"chapter": 1, "section": "The bridge"}),
-    ("guide.odt", "Harbour guide 2026", {"section": "The bridge"})])
-def test_epub_and_odt_files_keep_their_chapters_sections_and_metadata(write_settings, tmp_path, tiny_model_dir, name,
-                                                                      title, passage_meta):
+    ("guide.odt", "Harbour guide 2026", {"section": "The bridge"}),
+    ("tables/prices.xlsx", "Price list", {"sheet": "Prices 2024", "row": 2})])
+def test_epub_odt_and_xlsx_files_keep_their_chapters_sections_rows_and_metadata(write_settings, tmp_path,
+                                                                                tiny_model_dir, name, title,
+                                                                                passage_meta):
     from tests.indexer.test_epub import write_epub
     from tests.indexer.test_opendocument import write_odt
+    from tests.indexer.test_spreadsheet import write_xlsx
 
-    path = (write_epub if name.endswith(".epub") else write_odt)(tmp_path / name.rsplit("/", 1)[-1])
+    writer = {"epub": write_epub, "odt": write_odt, "xlsx": write_xlsx}[name.rsplit(".", 1)[-1]]
+    path = writer(tmp_path / name.rsplit("/", 1)[-1])
     with serving(create_app(write_settings())) as client:
         r = client.put(f"/files/{name}", headers=KEY, content=path.read_bytes())
         assert r.status_code == 200 and r.json()["title"] == title, r.text
@@ -192,6 +198,10 @@ def test_epub_and_odt_files_keep_their_chapters_sections_and_metadata(write_sett
         assert stored == expected and stored["meta"]["author"] == "Ann Gala"
         assert stored["passage_meta"][0] == passage_meta
         assert found(client, name, "passage")
+        if "row" in passage_meta:  # a passage condition on the sheet finds that sheet's rows only
+            r = client.post("/search?unit=passage", headers=KEY, json={"query": "what does tea cost?", "top_k": 5,
+                            "filter": {"must": [{"passage": {"key": "sheet", "match": "Notes"}}]}})
+            assert [h["meta"]["row"] for h in r.json()["results"][0]["hits"]] == [2], r.text
 
 
 def test_the_client_writes_files_by_path_or_bytes(write_settings, tmp_path, live):
