@@ -1,12 +1,12 @@
 """Documents -> a JSONL corpus: text, Markdown, HTML, PDF, Word, PowerPoint, EPUB, OpenDocument (text, presentation
-and spreadsheet), Excel and CSV files and directories, chunked into passages.
+and spreadsheet), Excel, CSV and e-mail files and directories, chunked into passages.
 
     spanseek corpus from-files DOCS/ notes.md page.html --out corpus.jsonl [--max-tokens 200 --overlap 40]
         [--tokenizer model|words] [--id-field KEY] [--meta KEY=VALUE ...] [--strict]
 
 Directories are walked recursively (hidden files and folders skipped) for ``.txt``, ``.md``/``.markdown``,
-``.html``/``.htm``, ``.pdf``, ``.docx``, ``.pptx``, ``.epub``, ``.odt``, ``.odp``, ``.fodt``, ``.fodp``, ``.xlsx``/``.xlsm``,
-``.ods``/``.fods``, ``.csv`` and ``.tsv`` files; other files in them are
+``.html``/``.htm``, ``.pdf``, ``.docx``, ``.pptx``, ``.epub``, ``.odt``, ``.odp``, ``.fodt``, ``.fodp``,
+``.xlsx``/``.xlsm``, ``.ods``/``.fods``, ``.csv``, ``.tsv`` and ``.eml`` files; other files in them are
 ignored, while a file named on the command line must have one of those suffixes. Each file is one document:
 
 - **id**: its path relative to the directory given (``guide/install.md``), or, for a file given by name, its path
@@ -58,12 +58,14 @@ ignored, while a file named on the command line must have one of those suffixes.
   as above; PowerPoint files: ``indexer.slides``; EPUB e-books: ``indexer.epub``, each document of the book's spine
   read as an HTML file's blocks are; OpenDocument files (packaged or flat): ``indexer.opendocument``, text as Word files are,
   presentations as PowerPoint files are; spreadsheets and tables: ``indexer.spreadsheet``, a paragraph a row
-  ("Item: Tea; Price: 3.2"). Then ``indexer.chunking`` makes passages of them, never mixing two pages of
+  ("Item: Tea; Price: 3.2"); e-mail messages: ``indexer.mail``, the subject the title, the text part (or the HTML
+  part, as an HTML file) the body, attachments named in ``meta`` and not read. Then ``indexer.chunking`` makes passages of them, never mixing two pages of
   a PDF, two slides, two chapters, two sections or two rows of a sheet.
 - **meta**: ``source`` (the path), Markdown front matter (YAML), HTML ``<meta name|property=... content=...>``
   tags and a page's ``author`` and ``date`` (its byline as trafilatura reads it; the date ISO-8601), a PDF's page count (``pages``) or a deck's slide count (``slides``),
   an e-book's ``title``, ``author``, ``language`` and chapter count (``chapters``), an OpenDocument file's ``title``, ``author`` and ``language`` (and a
-  presentation's ``slides``), and the fixed ``extra_meta`` given; all of it is stored in the index and
+  presentation's ``slides``), a workbook's ``title``, ``author`` and ``sheets``, a message's ``from``, ``to``, ``cc``, ``date``
+  and ``attachments``, and the fixed ``extra_meta`` given; all of it is stored in the index and
   comes back with hits. Passages of a PDF carry their ``page`` (and ``page_end`` when a paragraph runs onto the
   next page, and ``section``, the path of its bookmarks, where it has an outline), those of a PowerPoint file or an OpenDocument presentation their ``slide`` and ``section`` (the slide's
   title), those of an e-book their ``chapter`` and ``section``, those of a spreadsheet their ``sheet`` and ``row``, those of a Word, OpenDocument, Markdown or HTML file their ``section`` (the heading path, "Intro > Scope"); hits return them in ``meta`` too.
@@ -112,9 +114,9 @@ from spanseek.indexer.chunking import ChunkOptions, TokenCounter, chunk_sections
 from spanseek.indexer.documents import extract_pdf
 from spanseek.indexer.epub import extract_epub
 from spanseek.indexer.extracted import Extracted, IngestError, Unreadable
-from spanseek.indexer.markup import LINE_END, extract_html, extract_markdown, text_codec
+from spanseek.indexer.mail import extract_eml
+from spanseek.indexer.markup import extract_html, extract_markdown, extract_text, text_codec
 from spanseek.indexer.opendocument import extract_odp, extract_odt
-from spanseek.indexer.pdf_layout import dehyphenate
 from spanseek.indexer.slides import extract_pptx
 from spanseek.indexer.spreadsheet import extract_csv, extract_ods, extract_xlsx
 from spanseek.indexer.word import extract_docx
@@ -127,13 +129,13 @@ FORMATS = {".txt": "text", ".text": "text", ".md": "markdown", ".markdown": "mar
            ".htm": "html", ".pdf": "pdf", ".docx": "word", ".pptx": "powerpoint", ".epub": "epub",
            ".odt": "opendocument", ".odp": "opendocument presentation", ".fodt": "opendocument",
            ".fodp": "opendocument presentation", ".xlsx": "excel", ".xlsm": "excel", ".ods": "opendocument spreadsheet",
-           ".fods": "opendocument spreadsheet", ".csv": "csv", ".tsv": "csv"}
+           ".fods": "opendocument spreadsheet", ".csv": "csv", ".tsv": "csv", ".eml": "e-mail"}
 # from-files' suffixes as messages list them
 LISTED = "/".join(FORMATS)
 # formats read from bytes, not decoded as UTF-8 text
 _BINARY = {"pdf": extract_pdf, "word": extract_docx, "powerpoint": extract_pptx, "epub": extract_epub,
            "opendocument": extract_odt, "opendocument presentation": extract_odp, "excel": extract_xlsx,
-           "opendocument spreadsheet": extract_ods}
+           "opendocument spreadsheet": extract_ods, "e-mail": extract_eml}
 # document formats that are not read, each with what to do instead: a folder's files of these are named as skipped
 UNREAD = {".doc": "an old Word (.doc) file, which from-files does not read; save it as .docx (in Word, or "
                   "`soffice --headless --convert-to docx FILE`) and ingest the result",
@@ -175,14 +177,6 @@ class IngestReport:
     documents: int = 0
     passages: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)
-
-
-def extract_text(source: str) -> Extracted:
-    """Plain text: paragraphs at blank lines, line breaks inside a paragraph read as spaces, a word hyphenated at a
-    line's end made whole as a PDF's is (``pdf_layout.dehyphenate``: "infor-\\nmation" reads "information", not
-    "infor- mation"); no title."""
-    paragraphs = dehyphenate(re.split(r"\n[ \t]*\n", LINE_END.sub("\n", source)))
-    return Extracted(None, [" ".join(p.split()) for p in paragraphs if p.strip()])
 
 
 # byte order marks of the UTF encodings other than UTF-8, longest first (UTF-32 LE's begins with UTF-16 LE's)

@@ -1,4 +1,5 @@
-"""Markdown and HTML -> paragraphs with their sections, for ``indexer.ingest`` (which documents the rules users see).
+"""Markdown, HTML and plain text -> paragraphs (with their sections), for ``indexer.ingest`` (which documents the
+rules users see).
 
 Markdown is parsed by markdown-it-py (``indexer.markdown_render``: CommonMark and tables) and its tokens read as the
 HTML they render to would be, like an HTML page without main-content extraction (``indexer.html_reader``'s
@@ -23,6 +24,7 @@ from spanseek.indexer.front_matter import front_matter
 from spanseek.indexer.html_main import MAIN_SHARE, main_content
 from spanseek.indexer.html_reader import HTMLText
 from spanseek.indexer.markdown_render import markdown_parser, markdown_parts, render_markdown
+from spanseek.indexer.pdf_layout import dehyphenate
 
 LINE_END = re.compile(r"\r\n?")  # Windows and old Mac line ends, made "\n" before Markdown and text are read
 # codecs Python knows that no web page or e-book is written in (they would turn the page into other text, or stop
@@ -38,6 +40,14 @@ def text_codec(label: str) -> str:
     if not getattr(codec, "_is_text_encoding", True) or codec.name in _NOT_CHARSETS:
         raise LookupError(f"{label!r} is no character encoding of documents")
     return codec.name
+
+
+def extract_text(source: str) -> Extracted:
+    """Plain text: paragraphs at blank lines, line breaks inside a paragraph read as spaces, a word hyphenated at a
+    line's end made whole as a PDF's is (``pdf_layout.dehyphenate``: "infor-\\nmation" reads "information", not
+    "infor- mation"); no title."""
+    paragraphs = dehyphenate(re.split(r"\n[ \t]*\n", LINE_END.sub("\n", source)))
+    return Extracted(None, [" ".join(p.split()) for p in paragraphs if p.strip()])
 
 
 def extract_html(source: str, where: str = "<html>") -> Extracted:

@@ -25,8 +25,8 @@ A workbook's parts are read under the limits of every zipped format (``indexer.p
 expansion, nesting), its sheets streamed row by row; a damaged one is ``Unreadable`` naming the part (and, for XML
 that is not well-formed, the line). A CSV file is text (``indexer.ingest`` decodes it: UTF-8 with or without a BOM,
 UTF-16 or UTF-32 with theirs); its delimiter (comma, semicolon, tab or bar: ``_delimiter``) is told from its first
-64 KiB (a .tsv's is a tab), cells are quoted with double quotes as Excel writes them, and a quoted cell that is never closed or a stray quote is named
-with the line its record starts on.
+64 KiB (a .tsv's is a tab), cells are quoted with double quotes as Excel writes them, and a quoted cell that is
+never closed or a stray quote is named with the line its record starts on.
 """
 
 from __future__ import annotations
