@@ -201,7 +201,7 @@ def not_office_file(path: Path, e: Exception, app: str, suffix: str, old: str) -
     if head.startswith(b"%PDF"):
         return f"a PDF file, not a {kind}; rename it to .pdf"
     if head.startswith(b"{\\rtf"):
-        return f"an RTF file, not a {kind}; save it as {suffix} (in Word, or {convert})"
+        return f"an RTF file, not a {kind}; rename it to .rtf"
     if zipfile.is_zipfile(path):
         try:
             with zipfile.ZipFile(path) as z:

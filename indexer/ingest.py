@@ -1,12 +1,12 @@
 """Documents -> a JSONL corpus: text, Markdown, HTML, PDF, Word, PowerPoint, EPUB, OpenDocument (text, presentation
-and spreadsheet), Excel, CSV and e-mail files and directories, chunked into passages.
+and spreadsheet), Excel, CSV, e-mail and RTF files and directories, chunked into passages.
 
     spanseek corpus from-files DOCS/ notes.md page.html --out corpus.jsonl [--max-tokens 200 --overlap 40]
         [--tokenizer model|words] [--id-field KEY] [--meta KEY=VALUE ...] [--strict]
 
 Directories are walked recursively (hidden files and folders skipped) for ``.txt``, ``.md``/``.markdown``,
 ``.html``/``.htm``, ``.pdf``, ``.docx``, ``.pptx``, ``.epub``, ``.odt``, ``.odp``, ``.fodt``, ``.fodp``,
-``.xlsx``/``.xlsm``, ``.ods``/``.fods``, ``.csv``, ``.tsv`` and ``.eml`` files; other files in them are
+``.xlsx``/``.xlsm``, ``.ods``/``.fods``, ``.csv``, ``.tsv``, ``.eml`` and ``.rtf`` files; other files in them are
 ignored, while a file named on the command line must have one of those suffixes. Each file is one document:
 
 - **id**: its path relative to the directory given (``guide/install.md``), or, for a file given by name, its path
@@ -59,8 +59,9 @@ ignored, while a file named on the command line must have one of those suffixes.
   read as an HTML file's blocks are; OpenDocument files (packaged or flat): ``indexer.opendocument``, text as Word files are,
   presentations as PowerPoint files are; spreadsheets and tables: ``indexer.spreadsheet``, a paragraph a row
   ("Item: Tea; Price: 3.2"); e-mail messages: ``indexer.mail``, the subject the title, the text part (or the HTML
-  part, as an HTML file) the body, attachments named in ``meta`` and not read. Then ``indexer.chunking`` makes passages of them, never mixing two pages of
-  a PDF, two slides, two chapters, two sections or two rows of a sheet.
+  part, as an HTML file) the body, attachments named in ``meta`` and not read; RTF files: ``indexer.rtf``, as Word
+  files are. Then ``indexer.chunking`` makes passages of them, never mixing two pages of a PDF, two slides, two
+  chapters, two sections or two rows of a sheet.
 - **meta**: ``source`` (the path), Markdown front matter (YAML), HTML ``<meta name|property=... content=...>``
   tags and a page's ``author`` and ``date`` (its byline as trafilatura reads it; the date ISO-8601), a PDF's page count (``pages``) or a deck's slide count (``slides``),
   an e-book's ``title``, ``author``, ``language`` and chapter count (``chapters``), an OpenDocument file's ``title``, ``author`` and ``language`` (and a
@@ -117,6 +118,7 @@ from spanseek.indexer.extracted import Extracted, IngestError, Unreadable
 from spanseek.indexer.mail import extract_eml
 from spanseek.indexer.markup import extract_html, extract_markdown, extract_text, text_codec
 from spanseek.indexer.opendocument import extract_odp, extract_odt
+from spanseek.indexer.rtf import extract_rtf
 from spanseek.indexer.slides import extract_pptx
 from spanseek.indexer.spreadsheet import extract_csv, extract_ods, extract_xlsx
 from spanseek.indexer.word import extract_docx
@@ -129,13 +131,15 @@ FORMATS = {".txt": "text", ".text": "text", ".md": "markdown", ".markdown": "mar
            ".htm": "html", ".pdf": "pdf", ".docx": "word", ".pptx": "powerpoint", ".epub": "epub",
            ".odt": "opendocument", ".odp": "opendocument presentation", ".fodt": "opendocument",
            ".fodp": "opendocument presentation", ".xlsx": "excel", ".xlsm": "excel", ".ods": "opendocument spreadsheet",
-           ".fods": "opendocument spreadsheet", ".csv": "csv", ".tsv": "csv", ".eml": "e-mail"}
+           ".fods": "opendocument spreadsheet", ".csv": "csv", ".tsv": "csv", ".eml": "e-mail",
+           ".rtf": "rtf"}
 # from-files' suffixes as messages list them
 LISTED = "/".join(FORMATS)
 # formats read from bytes, not decoded as UTF-8 text
 _BINARY = {"pdf": extract_pdf, "word": extract_docx, "powerpoint": extract_pptx, "epub": extract_epub,
            "opendocument": extract_odt, "opendocument presentation": extract_odp, "excel": extract_xlsx,
-           "opendocument spreadsheet": extract_ods, "e-mail": extract_eml}
+           "opendocument spreadsheet": extract_ods, "e-mail": extract_eml,
+           "rtf": extract_rtf}
 # document formats that are not read, each with what to do instead: a folder's files of these are named as skipped
 UNREAD = {".doc": "an old Word (.doc) file, which from-files does not read; save it as .docx (in Word, or "
                   "`soffice --headless --convert-to docx FILE`) and ingest the result",

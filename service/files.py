@@ -2,7 +2,7 @@
 
 The request body is the file itself (any Content-Type). Its name's suffix says how it is read, exactly as
 ``spanseek corpus from-files`` reads a file (``indexer.ingest``: .txt, .md, .markdown, .html, .htm, .pdf, .docx,
-.pptx, .epub, .odt, .odp, .fodt, .fodp, .xlsx, .xlsm, .ods, .fods, .csv, .tsv, .eml), and its passages are cut with the served model's tokenizer at from-files' sizes (``max_tokens``, ``overlap`` and
+.pptx, .epub, .odt, .odp, .fodt, .fodp, .xlsx, .xlsm, .ods, .fods, .csv, .tsv, .eml, .rtf), and its passages are cut with the served model's tokenizer at from-files' sizes (``max_tokens``, ``overlap`` and
 ``min_tokens`` may be given as query parameters, as the command's flags): the document written is the one that
 from-files then ``PUT /documents`` would write, with its pages or sections as passage metadata. The id is the name
 (as from-files names a file inside a folder: ``guide/install.md``) unless ``id`` is given; ``meta=KEY=VALUE``

@@ -165,7 +165,7 @@ def test_the_pages_name_every_format_a_file_write_reads():
              "powerpoint": "PowerPoint", "epub": "EPUB",
              "opendocument": "OpenDocument",
              "opendocument presentation": "OpenDocument", "opendocument spreadsheet": "OpenDocument",
-             "excel": "Excel", "csv": "CSV", "e-mail": "e-mail"}
+             "excel": "Excel", "csv": "CSV", "e-mail": "e-mail", "rtf": "RTF"}
     assert set(FORMATS.values()) == set(names)
     for page, where in (("README.md", r"`PUT /files/\{name\}` \(([^)]*)\)"),
                         ("docs/python.md", r"`POST /files/\{name\}`: ([^;]*);")):

@@ -256,7 +256,7 @@ def test_a_file_that_is_no_docx_is_named_for_what_it_is(tmp_path, caplog):
     assert report.documents == 1
     assert reasons == {
         "report.docx": "a PDF file, not a Word (.docx) file; rename it to .pdf",
-        "letter.docx": "an RTF file, not a Word (.docx) file; save it as .docx (in Word, or `soffice --convert-to docx`)",
+        "letter.docx": "an RTF file, not a Word (.docx) file; rename it to .rtf",
         "empty.docx": "an empty file (0 bytes), not a Word (.docx) file",
         "cut.docx": "not a readable Word (.docx) file: its zip archive is truncated or damaged",
         "notes.docx": "an OpenDocument file (application/vnd.oasis.opendocument.text), not a Word (.docx) file; "

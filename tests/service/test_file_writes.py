@@ -130,6 +130,7 @@ def test_refusals_name_the_file_and_the_reason_and_write_nothing(write_settings,
             ("broken.pdf", b"%PDF-1.4\n1 0 obj <<", 422, "broken.pdf: "),
             ("broken.docx", b"PK\x03\x04 not a zip", 422, "broken.docx: "),
             ("broken.xlsx", b"PK\x03\x04 not a zip", 422, "broken.xlsx: not a readable Excel workbook (.xlsx) file"),
+            ("fake.rtf", b"%PDF-1.4", 422, "fake.rtf: a PDF file, not an RTF (.rtf) file; rename it to .pdf"),
             ("notes.eml", b"Just notes.\n", 422, "notes.eml: not an e-mail message (.eml) file: it begins with none"),
             ("open.csv", b'a,b\n1,"2\n', 422, "open.csv: not a readable CSV file: the record from line 2: unexpected end of "),
             ("bad.md", b"---\ntitle: [unclosed\n---\nText.\n", 422, "bad.md"),
@@ -180,15 +181,17 @@ def test_a_pdf_file_keeps_its_pages(write_settings, tmp_path):
 @pytest.mark.parametrize(("name", "title", "passage_meta"), [
     ("books/tales.epub", "Harbour Tales", {"chapter": 1, "section": "The bridge"}),
     ("guide.odt", "Harbour guide 2026", {"section": "The bridge"}),
-    ("tables/prices.xlsx", "Price list", {"sheet": "Prices 2024", "row": 2})])
-def test_epub_odt_and_xlsx_files_keep_their_chapters_sections_rows_and_metadata(write_settings, tmp_path,
-                                                                                tiny_model_dir, name, title,
-                                                                                passage_meta):
+    ("tables/prices.xlsx", "Price list", {"sheet": "Prices 2024", "row": 2}),
+    ("letters/guide.rtf", "Harbour guide", {"section": "The bridge"})])
+def test_epub_odt_xlsx_and_rtf_files_keep_their_chapters_sections_rows_and_metadata(write_settings, tmp_path,
+                                                                                     tiny_model_dir, name, title,
+                                                                                     passage_meta):
     from tests.indexer.test_epub import write_epub
     from tests.indexer.test_opendocument import write_odt
+    from tests.indexer.test_rtf import write_rtf
     from tests.indexer.test_spreadsheet import write_xlsx
 
-    writer = {"epub": write_epub, "odt": write_odt, "xlsx": write_xlsx}[name.rsplit(".", 1)[-1]]
+    writer = {"epub": write_epub, "odt": write_odt, "xlsx": write_xlsx, "rtf": write_rtf}[name.rsplit(".", 1)[-1]]
     path = writer(tmp_path / name.rsplit("/", 1)[-1])
     with serving(create_app(write_settings())) as client:
         r = client.put(f"/files/{name}", headers=KEY, content=path.read_bytes())
