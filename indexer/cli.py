@@ -518,17 +518,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="JSONL corpus to write (.gz to compress)")
     p.set_defaults(func=_from_squad)
     p = corpus.add_parser(
-        "from-files", help=".txt/.md/.html/.pdf/.docx/.pptx/.epub/.odt/.odp files and directories (recursive) -> JSONL "
-                     "corpus, chunked into passages",
+        "from-files", help=".txt/.md/.html/.pdf/.docx/.pptx/.epub/.odt/.odp/.fodt/.fodp/.rtf/.eml files, spreadsheets "
+                     "(.xlsx/.ods/.fods/.csv/.tsv) and directories (recursive) -> JSONL corpus, chunked into passages",
         description="Each file is one document: id = its path relative to the directory given (or --id-field), "
                     "title = front matter title / first heading / file name, meta = source path, front matter, "
                     "HTML <meta> tags and --meta; PDF passages carry their page, PowerPoint and OpenDocument "
                     "presentation passages their slide, EPUB passages their chapter, Word, OpenDocument, Markdown and "
-                    "HTML passages their heading path (section); table rows name their cells after the header row, "
+                    "HTML passages their heading path (section), spreadsheet passages (one a row) their sheet and "
+                    "row; table rows name their cells after the header row, "
                     "code blocks keep their lines. "
                     "Binary, non-UTF-8 and empty files, PDFs without a text layer (scanned), damaged PDF, Word, "
-                    "PowerPoint, EPUB or OpenDocument files, DRM-protected e-books and old .doc and .ppt files (save "
-                    "them as .docx, .pptx) are skipped with a warning naming them.")
+                    "PowerPoint, EPUB or OpenDocument files, DRM-protected e-books and old .doc, .ppt and .xls files (save "
+                    "them as .docx, .pptx, .xlsx) are skipped with a warning naming them.")
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or directories")
     p.add_argument("--out", required=True, help="JSONL corpus to write (.gz to compress)")
     p.add_argument("--max-tokens", type=int, default=200, help="most tokens in a passage, 8 to 512 (default: %(default)s)")
