@@ -11,7 +11,9 @@ the row's other cells and its column's name, and with no other row's values for 
 answer; its metadata has its ``sheet`` and ``row`` (the row's number as the application shows it, 1 for the first;
 a CSV file's first record is row 1), as a PDF's passages have their ``page``. A sheet's first row (its first with a
 value) names the columns when rows follow it and each of its cells is text (not a number, date or truth value), and
-is then no paragraph itself; otherwise every row reads its cells spaced.
+is then no paragraph itself; otherwise every row reads its cells spaced. A first row of one cell over a wider row
+is a title over the table ("Price list 2024"): a paragraph of its own, and the row under it is the one that may name
+the columns.
 
 A cell reads as the application shows it where that is text the phrase model can read: a formula's cached value (the
 value the application computed when it saved the file; a formula never computed reads as an empty cell, as does a
@@ -95,6 +97,10 @@ def sheets_extracted(path: Path, sheets: Sequence[tuple[str, Iterable[Row]]], ti
                 break
             rows, cells = rows + 1, cells + len(found)
             if first is None:
+                first = (number, found)
+                continue
+            if names is None and len(first[1]) == 1 < len(found):  # a title over the table, no column's name
+                _add(paragraphs, metas, name, first, {}, several)
                 first = (number, found)
                 continue
             if names is None:

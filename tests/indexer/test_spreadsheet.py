@@ -85,6 +85,17 @@ def test_a_sheet_whose_first_row_holds_numbers_has_no_header(tmp_path):
     assert ext.paragraphs == ["2023 2024", "7 Tea"] and ext.meta["sheets"] == 1
 
 
+def test_a_title_over_the_table_is_a_passage_of_its_own_and_the_row_under_it_names_the_columns(tmp_path):
+    """A one-cell first row over a wider one ("Price list 2024" in A1, the header in row 3) named only the first
+    column, and the header row read as a row of the table ("Price list 2024: Item; Price")."""
+    rows = ('<row r="1"><c r="A1" t="inlineStr"><is><t>Price list 2024</t></is></c></row>'
+            '<row r="3"><c r="A3" t="s"><v>0</v></c><c r="B3" t="s"><v>1</v></c></row>'
+            '<row r="4"><c r="A4" t="s"><v>4</v></c><c r="B4"><v>3.2</v></c></row>')
+    ext = extract_xlsx(write_xlsx(tmp_path / "t.xlsx", {"Prices": rows}, ()))
+    assert list(zip(ext.paragraphs, ext.paragraph_meta, strict=True)) == [
+        ("Price list 2024", {"sheet": "Prices", "row": 1}), ("Item: Tea; Price: 3.2", {"sheet": "Prices", "row": 4})]
+
+
 def test_csv_and_tsv_files_read_a_passage_a_record_in_their_sniffed_dialect(tmp_path):
     (tmp_path / "a.csv").write_bytes("\ufeffItem;Price;Note\r\nTea;3,20;\"loose; green\"\r\n\r\nCaf\u00e9;4,5;\n"
                                      .encode("utf-8"))
