@@ -19,7 +19,7 @@ A cell reads as the application shows it where that is text the phrase model can
 value the application computed when it saved the file; a formula never computed reads as an empty cell, as does a
 formula's error such as ``#DIV/0!``), a number in its shortest form (``3.2``, ``40``), a date or time in ISO 8601
 (``2024-03-05``, ``2024-03-05 14:30``, ``14:30``), a percentage with its sign (``12.5%``), a truth value as
-``TRUE``/``FALSE``. Hidden sheets and hidden rows (and a workbook's charts) are left out. A file's first
+``TRUE``/``FALSE``. Hidden sheets, rows and columns (and a workbook's charts) are left out. A file's first
 ``MAX_ROWS`` rows and ``MAX_CELLS`` cells are read, the rest left out with a warning naming the file and the sheet
 and row where reading stopped.
 
@@ -282,13 +282,18 @@ class _Workbook:
         from lxml import etree
 
         number = 0
+        hidden: list[range] = []  # the hidden columns (``cols``, before the rows)
         try:
             with self.package.zip.open(part) as stream:
-                for _, row in etree.iterparse(stream, events=("end",), tag=f"{_S}row", resolve_entities=False,
-                                              no_network=True, load_dtd=False):
+                for _, row in etree.iterparse(stream, events=("end",), tag=(f"{_S}col", f"{_S}row"),
+                                              resolve_entities=False, no_network=True, load_dtd=False):
+                    if row.tag == f"{_S}col":
+                        if row.get("hidden") in ("1", "true"):
+                            hidden.append(range(_int(row.get("min"), 0) - 1, _int(row.get("max"), 0)))
+                        continue
                     number = _int(row.get("r"), number + 1)
                     if row.get("hidden") not in ("1", "true"):
-                        yield number, self.cells(row)
+                        yield number, _shown(self.cells(row), hidden)
                     row.clear()
                     while row.getprevious() is not None:
                         del row.getparent()[0]
@@ -353,13 +358,33 @@ def extract_xlsx(path: Path) -> Extracted:
 # OpenDocument spreadsheets
 
 
+def _shown(cells: list[Cell], hidden: list[range]) -> list[Cell]:
+    """A row's cells but those in hidden columns (``hidden``: ranges of them)."""
+    return [c for c in cells if not any(c.column in columns for columns in hidden)] if hidden else cells
+
+
+def _hidden_columns(table: Any) -> list[range]:
+    """An OpenDocument table's hidden columns (``table:visibility`` "collapse" or "filter"), as ranges: a column
+    definition may stand for many (``table:number-columns-repeated``)."""
+    hidden: list[range] = []
+    column = 0
+    for definition in table.iter(f"{_TABLE}table-column"):
+        repeated = _repeated(definition.get(f"{_TABLE}number-columns-repeated"))
+        if definition.get(f"{_TABLE}visibility", "visible") != "visible":
+            hidden.append(range(column, column + repeated))
+        column += repeated
+    return hidden
+
+
 def _ods_rows(reader: _OdfText, table: Any) -> Iterator[Row]:
-    """A table's shown rows; a row repeated (``table:number-rows-repeated``) read as often, an empty one skipped
-    at once (LibreOffice repeats an empty row to the sheet's million-row end)."""
+    """A table's shown rows, their cells in shown columns; a row repeated (``table:number-rows-repeated``) read as
+    often, an empty one skipped at once (LibreOffice repeats an empty row to the sheet's million-row end)."""
     number = 0
+    hidden = _hidden_columns(table)
     for _, row in _rows(table):
         repeated = _repeated(row.get(f"{_TABLE}number-rows-repeated"))
-        cells = _ods_cells(reader, row) if row.get(f"{_TABLE}visibility", "visible") == "visible" else []
+        shown = row.get(f"{_TABLE}visibility", "visible") == "visible"
+        cells = _shown(_ods_cells(reader, row), hidden) if shown else []
         if not cells:
             number += repeated
             continue

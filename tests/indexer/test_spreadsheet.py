@@ -39,7 +39,8 @@ PRICES = (
 
 
 def write_xlsx(path: Path, sheets: dict[str, str] | None = None, hidden: tuple[str, ...] = ("Old",),
-               title: str = "Price list", parts: dict[str, str] | None = None, head: str = "") -> Path:
+               title: str = "Price list", parts: dict[str, str] | None = None, head: str = "",
+               cols: str = "") -> Path:
     sheets = sheets if sheets is not None else {"Prices 2024": PRICES, "Old": '<row r="1"><c t="s"><v>7</v></c></row>',
                                                 "Notes": '<row r="2"><c r="B2" t="s"><v>5</v></c></row>'}
     entries = "".join(f'<sheet name="{name}" sheetId="{i}" r:id="rId{i}"'
@@ -56,7 +57,7 @@ def write_xlsx(path: Path, sheets: dict[str, str] | None = None, hidden: tuple[s
             for s in STRINGS) + "</sst>")
         z.writestr("xl/styles.xml", f"<styleSheet {MAIN}>{STYLES}</styleSheet>")
         for i, rows in enumerate(sheets.values(), 1):
-            z.writestr(f"xl/worksheets/sheet{i}.xml", f"{head}<worksheet {MAIN}><sheetData>{rows}</sheetData></worksheet>")
+            z.writestr(f"xl/worksheets/sheet{i}.xml", f"{head}<worksheet {MAIN}>{cols}<sheetData>{rows}</sheetData></worksheet>")
         z.writestr("docProps/core.xml", '<cp:coreProperties xmlns:cp="http://schemas.openxmlformats.org/package/2006/'
                    f'metadata/core-properties" xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:title>{title}</dc:title>'
                    "<dc:creator>Ann Gala</dc:creator></cp:coreProperties>")
@@ -94,6 +95,21 @@ def test_a_title_over_the_table_is_a_passage_of_its_own_and_the_row_under_it_nam
     ext = extract_xlsx(write_xlsx(tmp_path / "t.xlsx", {"Prices": rows}, ()))
     assert list(zip(ext.paragraphs, ext.paragraph_meta, strict=True)) == [
         ("Price list 2024", {"sheet": "Prices", "row": 1}), ("Item: Tea; Price: 3.2", {"sheet": "Prices", "row": 4})]
+
+
+def test_hidden_columns_are_left_out(tmp_path):
+    """A column hidden in Excel (``cols``) or LibreOffice (``table:visibility``) was read as a shown one."""
+    rows = ('<row r="1"><c r="A1" t="s"><v>0</v></c><c r="B1" t="s"><v>1</v></c><c r="C1" t="s"><v>7</v></c></row>'
+            '<row r="2"><c r="A2" t="s"><v>4</v></c><c r="B2"><v>3.2</v></c><c r="C2"><v>1.1</v></c></row>')
+    path = write_xlsx(tmp_path / "c.xlsx", {"Prices": rows}, (), cols='<cols><col min="3" max="3" hidden="1"/></cols>')
+    assert extract_xlsx(path).paragraphs == ["Item: Tea; Price: 3.2"]
+    table = ('<table:table table:name="S"><table:table-column table:number-columns-repeated="2"/>'
+             '<table:table-column table:visibility="collapse"/>'
+             f"<table:table-row>{cell('Item')}{cell('Count')}{cell('Secret')}</table:table-row>"
+             f"<table:table-row>{cell('Tea')}{cell('40', 'float')}{cell('x')}</table:table-row></table:table>")
+    ods = write_odt(tmp_path / "c.ods", content=ods_content(table),
+                    mimetype="application/vnd.oasis.opendocument.spreadsheet")
+    assert extract_ods(ods).paragraphs == ["Item: Tea; Count: 40"]
 
 
 def test_csv_and_tsv_files_read_a_passage_a_record_in_their_sniffed_dialect(tmp_path):
