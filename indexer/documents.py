@@ -226,8 +226,8 @@ def _pdf_pages(path: Path) -> _Read:
             pages = [_Page([], page.bottom, page.top, False, False, []) for page in pages]
         # (what the reader passed over is named in the warning of a file read, not as why a file without text is
         # skipped: a page of fonts without a Unicode map is that, whatever else it holds)
-        damaged = pdf_file.damage(document, len(pages), _page_list(broken) if broken else "")
-        warned = pdf_file.damage(document, len(pages), _page_list(broken) if broken else "", notes.described())
+        damaged = pdf_file.damage(document, len(pages), pdf_notes.page_list(broken) if broken else "")
+        warned = pdf_file.damage(document, len(pages), pdf_notes.page_list(broken) if broken else "", notes.described())
         outline = pdf_outline.Outline(pdf_outline.bookmarks(document, placed))
     return _Read(pages, info, form, damaged, warned, outline)
 
@@ -311,10 +311,6 @@ def _run_on(before: str, after: str, hyphen: str, hyphenation: pdf_layout.Hyphen
     return f"{head} {mended}" if head else mended
 
 
-def _page_list(numbers: list[int]) -> str:
-    return f"page {numbers[0]}" if len(numbers) == 1 else f"pages {', '.join(map(str, numbers))}"
-
-
 def _body_text(pages: list[_Page]) -> list[int]:
     """Leaves on each page the blocks of its body: running headers and footers (``pdf_layout.running``), page
     numbers in its margins and text that is only glyph numbers go. Returns the pages whose only text was that."""
@@ -357,9 +353,9 @@ def extract_pdf(path: Path) -> Extracted:
         if damaged:
             raise Unreadable(f"{damaged}; no text could be read from what is left of it")
         if undecoded:
-            raise Unreadable(f"its text cannot be read: {_page_list(undecoded)} of {len(pages)} use fonts without a "
-                             "Unicode map (pdfminer reads only glyph numbers); run OCR on it first, for example "
-                             "`ocrmypdf --force-ocr`, and ingest the result")
+            raise Unreadable(f"its text cannot be read: {pdf_notes.page_list(undecoded)} of {len(pages)} use fonts "
+                             "without a Unicode map (pdfminer reads only glyph numbers); run OCR on it first, for "
+                             "example `ocrmypdf --force-ocr`, and ingest the result")
         counted = f"{len(pages)} page{'s' * (len(pages) != 1)}"
         # nothing drawn that OCR could read either: no image, no lettering set as outlines (rules and frames aside)
         if not any(page.images or page.shapes for page in pages):
@@ -372,11 +368,11 @@ def extract_pdf(path: Path) -> Extracted:
     if undecoded:
         log.warning("%s: the text of %s of %d is in fonts without a Unicode map (pdfminer reads only glyph numbers) "
                     "and is not in the corpus. Run OCR on the file first, for example `ocrmypdf --force-ocr`, to "
-                    "include it", path, _page_list(undecoded), len(pages))
+                    "include it", path, pdf_notes.page_list(undecoded), len(pages))
     if images := [n for n, page in enumerate(pages, start=1) if page.images and not page.blocks and n not in undecoded]:
         log.warning("%s: %s of %d %s only images, no text layer (scanned?); their text is not in the corpus. Run OCR "
-                    "on the file first, for example `ocrmypdf --skip-text`, to include it", path, _page_list(images),
-                    len(pages), "holds" if len(images) == 1 else "hold")
+                    "on the file first, for example `ocrmypdf --skip-text`, to include it", path,
+                    pdf_notes.page_list(images), len(pages), "holds" if len(images) == 1 else "hold")
     raw = [b.text.translate(pdf_layout.LIGATURES) for p in pages for b in p.blocks]
     hyphenation = pdf_layout.Hyphenation(raw)
     texts = (hyphenation.mend(text) for text in raw)

@@ -1,6 +1,7 @@
 """What pdfminer.six says as it reads a PDF, for ``indexer.documents`` (``extract_pdf``): its warnings kept in the
 project's words, with the pages they came on (``reader_notes``, ``ReaderNotes``), for the one warning that names a
-damaged file (``pdf_file.damage``), rather than shown in pdfminer's words without the file's name.
+damaged file (``pdf_file.damage``), rather than shown in pdfminer's words without the file's name; and how a warning
+names pages (``page_list``: "pages 3-41, 57").
 
     spanseek corpus from-files report.pdf --out corpus.jsonl
 """
@@ -11,7 +12,7 @@ import contextlib
 import logging
 from collections.abc import Iterator
 
-__all__ = ["ReaderNotes", "reader_notes"]
+__all__ = ["ReaderNotes", "page_list", "reader_notes"]
 
 # what pdfminer.six's warnings say, in a damage warning's words, by the module that gives them (the last part of its
 # logger's name) and, where one module warns of several things, a word of its message; None: no damage to name (a
@@ -31,6 +32,19 @@ _NOTED: dict[str, str | None | tuple[tuple[str, str | None], ...]] = {
     "pdftypes": None,
 }
 _NOTED["pdfdevice"] = _NOTED["psparser"] = _NOTED["pdfinterp"]
+
+
+def page_list(numbers: list[int]) -> str:
+    """Pages as a warning names them: "page 3", or "pages 3-41, 57", each run of pages one after another as its
+    first and last (a file damaged on every page named each of hundreds of them)."""
+    runs: list[list[int]] = []
+    for number in sorted(set(numbers)):
+        if runs and number == runs[-1][1] + 1:
+            runs[-1][1] = number
+        else:
+            runs.append([number, number])
+    shown = ", ".join(str(first) if first == last else f"{first}-{last}" for first, last in runs)
+    return f"page {shown}" if len(runs) == 1 and runs[0][0] == runs[0][1] else f"pages {shown}"
 
 
 class ReaderNotes(logging.Handler):
@@ -53,13 +67,12 @@ class ReaderNotes(logging.Handler):
             pages += [self.page] if self.page is not None and self.page not in pages else []
 
     def described(self) -> list[str]:
-        """What was wrong, on the pages it was on: "on pages 2, 3, a font's description is damaged ..., and
-        instructions in its content ... are passed over"."""
+        """What was wrong, on the pages it was on (``page_list``): "on pages 2-5, 9, a font's glyph widths are damaged
+        ..., and instructions in its content ... are passed over"."""
         on: dict[tuple[int, ...], list[str]] = {}
         for noted, pages in self.found.items():
             on.setdefault(tuple(pages), []).append(noted)
-        return [(f"on page {pages[0]}, " if len(pages) == 1 else f"on pages {', '.join(map(str, pages))}, "
-                 if pages else "") + ", and ".join(said) for pages, said in on.items()]
+        return [(f"on {page_list(list(pages))}, " if pages else "") + ", and ".join(said) for pages, said in on.items()]
 
 
 @contextlib.contextmanager

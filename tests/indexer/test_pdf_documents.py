@@ -1804,3 +1804,32 @@ def test_a_bookmark_whose_title_is_held_in_another_object_gives_its_section(tmp_
     is: such a bookmark was passed over (no section)."""
     path = _outlined_pdf(tmp_path / "held.pdf", [b"<< /Title 8 0 R /Dest [3 0 R /XYZ 0 792 0] >>", b"(History)"])
     assert extract_pdf(path).paragraph_meta == [{"page": 1, "section": "History"}]
+
+
+def test_damage_on_many_pages_is_named_by_runs_of_pages(tmp_path, caplog):
+    """A file damaged on most of its pages named each of them ("on pages 2, 3, 4, 5, 7, ..."): a run of pages one
+    after another is named by its first and last."""
+    good = b"BT /F1 12 Tf 72 400 Td (The ferry leaves the harbour at noon.) Tj ET"  # (mid-page: no running head)
+    bad = b"1 0 0 (x) 0 0 cm BT /F1 12 Tf 72 400 Td (The lighthouse was built in 1854.) Tj ET"
+    contents = [good, bad, bad, bad, good, bad]
+    count = len(contents)
+    path = pdf_of_objects(tmp_path / "worn.pdf", [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(b"%d 0 R" % (4 + n) for n in range(count)), count),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        *(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R /Resources << /Font << /F1 3 0 R "
+          b">> >> >>" % (4 + count + n) for n in range(count)),
+        *(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content) for content in contents)])
+    with caplog.at_level(logging.WARNING):
+        extract_pdf(path)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}: damaged: on pages 2-4, 6, instructions in its content that cannot be carried out (damaged, missing "
+        "or of the wrong kind) are passed over; the rest of it is read"]
+
+
+def test_pages_are_named_one_by_one_or_by_runs():
+    from spanseek.indexer.pdf_notes import page_list
+
+    assert page_list([7]) == "page 7"
+    assert page_list([3, 5]) == "pages 3, 5"
+    assert page_list([*range(3, 42), 57]) == "pages 3-41, 57"
