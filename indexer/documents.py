@@ -75,6 +75,7 @@ from spanseek.indexer.extracted import (
     table_rows,
     zip_bomb,
 )
+from spanseek.indexer.pdf_blocks import text_string
 from spanseek.indexer.pdf_layout import Block
 
 # the PDF reader, and (as before they moved to ``indexer.extracted``) what every reader shares
@@ -258,11 +259,9 @@ def _named_rows(blocks: list[Block], continued: Block | None, bottom: float, top
 
 
 def _info_text(value: Any) -> str | None:
-    """A PDF info string (bytes in PDFDocEncoding or UTF-16) as text; None when empty or not a string."""
-    from pdfminer.utils import decode_text
-
+    """A PDF info string (``pdf_blocks.text_string``) as text; None when empty or not a string."""
     if isinstance(value, bytes):
-        value = decode_text(value)
+        value = text_string(value)
     if not isinstance(value, str):
         return None
     return " ".join(value.split()) or None

@@ -3,7 +3,8 @@
 A line's text is its glyphs' in reading order: a line of a right-to-left script (Hebrew, Arabic), which a PDF holds
 as it is shown, is turned back (``logical``). ``Block`` is one paragraph of a page as extracted (``Block.of`` a run
 of boxes, ``pdf_paragraphs.paragraphs``); ``body_size``, ``bold_body`` and ``heading`` measure the type of a
-document's blocks. It works on anything with pdfminer's coordinates (``x0``, ``x1``, ``y0``, ``y1``: points, y
+document's blocks; ``text_string`` reads a PDF text string (a title, a bookmark's, a form field's value), for the
+other PDF modules too. It works on anything with pdfminer's coordinates (``x0``, ``x1``, ``y0``, ``y1``: points, y
 upwards) and ``get_text()``; ``spanseek corpus from-files`` runs it on each PDF.
 """
 
@@ -31,6 +32,25 @@ HEADING_WORDS = 25
 # at most this many times that size to its right (or overlapping it)
 SCRIPT_SIZE = 0.85
 SCRIPT_GAP = 0.3
+
+
+# a PDF text string's byte-order marks and their encodings: UTF-16BE (PDF 1.x), UTF-8 (PDF 2.0), and UTF-16LE (not
+# in the standard, but written by some programs, and read by viewers); without one it is in PDFDocEncoding
+_TEXT_BOMS = ((b"\xfe\xff", "utf-16-be"), (b"\xef\xbb\xbf", "utf-8"), (b"\xff\xfe", "utf-16-le"))
+# a language tag inside a Unicode text string (ESC, the language and country codes, ESC): shown by no viewer
+_LANGUAGE_ESCAPE = re.compile("\x1b[^\x1b]{0,8}\x1b")
+
+
+def text_string(value: bytes) -> str:
+    """A PDF text string (a title, a bookmark's, a form field's value) as text: in the encoding its byte-order mark
+    names (``_TEXT_BOMS``; pdfminer's ``decode_text`` knew only UTF-16BE's, and a bookmark in UTF-8 read "ï»¿HÃ¤fen"),
+    else in PDFDocEncoding; its language tags left out."""
+    from pdfminer.utils import decode_text
+
+    for mark, encoding in _TEXT_BOMS:
+        if value.startswith(mark):
+            return _LANGUAGE_ESCAPE.sub("", value[len(mark):].decode(encoding, "replace"))
+    return decode_text(value)
 
 
 def lines(box: Any) -> list[Any]:

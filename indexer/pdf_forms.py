@@ -30,6 +30,8 @@ from collections.abc import Iterator
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
+from spanseek.indexer.pdf_blocks import text_string
+
 log = logging.getLogger(__name__)
 
 CHECKED = "\u2612"  # ☒: a ticked check box or a chosen radio button
@@ -65,13 +67,12 @@ def _inherited(widget: dict[str, Any], key: str) -> Any:
 
 
 def _text(value: Any) -> str:
-    """A PDF text string (PDFDocEncoding, or UTF-16 with its byte-order mark) or name as text."""
+    """A PDF text string (``pdf_blocks.text_string``) or name as text."""
     from pdfminer.psparser import PSLiteral
-    from pdfminer.utils import decode_text
 
     if isinstance(value, PSLiteral):
         return str(value.name)
-    return decode_text(value) if isinstance(value, bytes) else ""
+    return text_string(value) if isinstance(value, bytes) else ""
 
 
 def _chosen(widget: dict[str, Any]) -> str:

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from spanseek.indexer.pdf_blocks import text_string
+
 __all__ = ["MAX_BOOKMARKS", "MAX_DEPTH", "Bookmark", "Outline", "bookmarks"]
 
 # a file's outline is read up to this many bookmarks (a hostile file's could be endless, or loop); the rest are left out
@@ -35,11 +37,12 @@ class Bookmark:
 def bookmarks(document: Any, pages: dict[int, tuple[int, float, int]]) -> list[Bookmark]:
     """The bookmarks of a PDF (pdfminer's document) that lead to one of its ``pages`` (each page's object number ->
     its number, 1-based, the foot of its media box and its rotation), in the outline's order; none where it has no
-    outline, or one that cannot be read; to ``MAX_DEPTH`` levels. A bookmark leads to a page by its destination (``/Dest``, or a ``/GoTo``
-    action's ``/D``; either may be a name the document's destinations give); one that leads elsewhere (a link to
-    another file, a script) is passed over, and its children are read under its parent's path."""
+    outline, or one that cannot be read; to ``MAX_DEPTH`` levels; a single bookmark at the top, over all the others,
+    is the document's title, left out of its children's paths (``_under_one_root``). A bookmark leads to a page by
+    its destination (``/Dest``, or a ``/GoTo`` action's ``/D``; either may be a name the document's destinations
+    give); one that leads elsewhere (a link to another file, a script) is passed over, and its children are read
+    under its parent's path. Titles are read in any encoding a file gives (``pdf_blocks.text_string``)."""
     from pdfminer.pdftypes import PDFObjRef, resolve1
-    from pdfminer.utils import decode_text
 
     root = resolve1(document.catalog.get("Outlines"))
     if not isinstance(root, dict):
@@ -62,14 +65,24 @@ def bookmarks(document: Any, pages: dict[int, tuple[int, float, int]]) -> list[B
             continue
         if not isinstance(entry, dict):
             continue
-        title = " ".join(decode_text(title).split()) if isinstance(title, bytes) else ""
+        title = " ".join(text_string(title).split()) if isinstance(title, bytes) else ""
         place = _destination(named, entry, pages)
         path = (*parent, title) if title and place is not None else parent
         if title and place is not None:
             found.append(Bookmark(path, *place))
         todo.append((entry.get("Next"), parent))
         todo += [(entry.get("First"), path)] if len(path) < MAX_DEPTH else []
-    return found
+    return _under_one_root(found)
+
+
+def _under_one_root(found: list[Bookmark]) -> list[Bookmark]:
+    """Bookmarks whose outline has one bookmark at its top, the others under it (the document's own title, as many
+    programs write it: "Annual Report 2023 > 2 Harbours > 2.1 Berths" began every path), with its title left out of
+    its children's paths; the text under it before its first child keeps it as its section."""
+    roots = [mark for mark in found if len(mark.path) == 1]
+    if len(roots) != 1 or len(found) == 1:
+        return found
+    return [mark if len(mark.path) == 1 else Bookmark(mark.path[1:], mark.page, mark.top) for mark in found]
 
 
 def _named_destinations(document: Any) -> dict[str | bytes, Any]:

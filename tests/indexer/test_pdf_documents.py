@@ -1764,12 +1764,13 @@ def test_an_outline_of_thousands_of_named_destinations_is_read_in_time_linear_in
 def test_an_outline_nested_past_nine_levels_gives_the_path_of_its_first_nine(tmp_path):
     """Bookmarks nested each in the one before gave a path of every level: 10,000 levels gave each paragraph a section
     of 355,000 characters and took 412 MB to read. The path has at most nine levels, as a Word file's headings; a
-    bookmark deeper falls in the section of its ancestor at the ninth."""
+    bookmark deeper falls in the section of its ancestor at the ninth. (The outline's one top bookmark is its title,
+    in no path.)"""
     depth = 12
     path = _outlined_pdf(tmp_path / "deep.pdf", [
         *(b"<< /Title (Level %d) /Dest [3 0 R /XYZ 0 %d 0] %s >>" % (
             n, 792 - n, b"/First %d 0 R" % (8 + n) if n < depth - 1 else b"") for n in range(depth))])
-    assert extract_pdf(path).paragraph_meta == [{"page": 1, "section": " > ".join(f"Level {n}" for n in range(9))}]
+    assert extract_pdf(path).paragraph_meta == [{"page": 1, "section": " > ".join(f"Level {n}" for n in range(1, 9))}]
 
 
 _US_LETTER = "its page size is missing or damaged: it is read as US Letter"
@@ -1833,3 +1834,30 @@ def test_pages_are_named_one_by_one_or_by_runs():
     assert page_list([7]) == "page 7"
     assert page_list([3, 5]) == "pages 3, 5"
     assert page_list([*range(3, 42), 57]) == "pages 3-41, 57"
+
+
+@pytest.mark.parametrize(("title", "read"), [
+    (b"(\xef\xbb\xbfH\xc3\xa4fen)", "H\u00e4fen"),  # UTF-8 with its mark (PDF 2.0): read "\u00ef\u00bb\u00bfH\u00c3\u00a4fen"
+    (b"<fffe4c00650075006300680074007400fc0072006d006500>", "Leuchtt\u00fcrme"),  # UTF-16LE with its mark
+    (b"<feff001b656e001b0048006100760065006e>", "Haven"),  # UTF-16BE with a language tag (ESC en ESC)
+    (b"(Ha\\374fen)", "Ha\u00fcfen"),  # PDFDocEncoding
+])
+def test_a_bookmark_s_title_in_utf_8_or_utf_16le_reads_as_written(tmp_path, title, read):
+    """pdfminer reads a text string's UTF-16BE mark only: a title in UTF-8 (PDF 2.0) or UTF-16LE with their marks read
+    as PDFDocEncoding, "\u00ef\u00bb\u00bfH\u00c3\u00a4fen", "\u00ff\u00feL\\x00e\\x00u..."."""
+    path = _outlined_pdf(tmp_path / "marked.pdf", [b"<< /Title %s /Dest [3 0 R /XYZ 0 792 0] >>" % title])
+    assert extract_pdf(path).paragraph_meta == [{"page": 1, "section": read}]
+
+
+def test_the_outline_s_one_top_bookmark_the_document_s_title_begins_no_section(tmp_path):
+    """Many programs write the document's title as the outline's one top bookmark, the chapters under it: every
+    section began "Castle Guide > ". The text under the title alone keeps it as its section."""
+    path = _outlined_pdf(tmp_path / "guide.pdf", [
+        b"<< /Title (Castle Guide) /Dest [3 0 R /XYZ 0 792 0] /First 8 0 R /Last 9 0 R >>",
+        b"<< /Title (History) /Dest [3 0 R /XYZ 0 600 0] /Next 9 0 R /First 10 0 R /Last 10 0 R >>",
+        b"<< /Title (Moat) /Dest [3 0 R /XYZ 0 400 0] >>",
+        b"<< /Title (Builders) /Dest [3 0 R /XYZ 0 500 0] >>"],
+        b"(A guide for visitors.) Tj 0 -150 Td (The castle was built in 1250.) Tj 0 -100 Td (Masons came from York.) Tj"
+        b" 0 -100 Td (The moat was dug in 1300.) Tj")
+    assert [meta.get("section") for meta in extract_pdf(path).paragraph_meta] == [
+        "Castle Guide", "History", "History > Builders", "Moat"]
