@@ -13,10 +13,11 @@ order from 1 (counting the spine's documents but those not read as text), and ``
 (before any heading of its document, the document's title in the book's table of contents: EPUB 3's navigation
 document, else EPUB 2's NCX), so a passage never mixes two chapters. The OPF's Dublin Core metadata gives the document's ``title`` (the main title where EPUB 3 marks one), its
 ``author`` (the creators in the author role, or in none; a list where there are several) and ``language``; ``meta``
-has those and ``chapters``, the count. A book whose content is encrypted (DRM: ``META-INF/encryption.xml`` naming
-anything but the font obfuscation of the IDPF or Adobe) is ``Unreadable``, as are a damaged archive, a package
-document that is missing or not well-formed XML, and another kind of file renamed; a spine document that is missing
-or cannot be decoded is left out with a warning naming it, and the rest of the book is read.
+has those and ``chapters``, the count. A book whose text is encrypted (DRM:
+``META-INF/encryption.xml`` naming one of the spine's documents, with anything but the font obfuscation of the IDPF
+or Adobe) is ``Unreadable`` (one whose fonts or images alone are encrypted is read), as are a damaged archive, a
+package document that is missing or not well-formed XML, and another kind of file renamed; a spine document that is
+missing or cannot be decoded is left out with a warning naming it, and the rest of the book is read.
 """
 
 from __future__ import annotations
@@ -58,10 +59,10 @@ def extract_epub(path: Path) -> Extracted:
     author and language from the OPF."""
     package = Package(path, KIND, "application/epub+zip")
     try:
-        _refuse_drm(package)
         opf_name = _package_document(package)
         opf = package.xml(opf_name)
         documents, titles = _spine_documents(package, opf, opf_name)
+        _refuse_drm(package, documents)
         paragraphs: list[str] = []
         metas: list[dict[str, Any]] = []
         first_heading = None
@@ -82,21 +83,25 @@ def extract_epub(path: Path) -> Extracted:
     return Extracted(title or first_heading, paragraphs, {**meta, "chapters": len(documents)}, metas)
 
 
-def _refuse_drm(package: Package) -> None:
-    """Unreadable when ``META-INF/encryption.xml`` encrypts anything with other than font obfuscation: the book's
-    content is DRM-protected, and its text cannot be read without the key its shop keeps."""
+def _refuse_drm(package: Package, documents: list[str]) -> None:
+    """Unreadable when ``META-INF/encryption.xml`` encrypts one of the spine's ``documents`` (their archive paths)
+    with other than font obfuscation: the book's text is DRM-protected, and cannot be read without the key its shop
+    keeps. Other parts encrypted (fonts, as some publishers encrypt them, images) are parts the text does not need:
+    the book is read (such a book was refused, though its text was plain)."""
     name = "META-INF/encryption.xml"
     if name not in package.names:
         return
-    encrypted = [(ref.get("URI", "?"), (method.get("Algorithm", "?") if method is not None else "?"))
+    spine = set(documents)
+    encrypted = [(part, (method.get("Algorithm", "?") if method is not None else "?"))
                  for data in package.xml(name).iter(f"{_ENC}EncryptedData")
                  if (ref := data.find(f"{_ENC}CipherData/{_ENC}CipherReference")) is not None
+                 and (part := posixpath.normpath(unquote(ref.get("URI", "")).lstrip("/"))) in spine
                  and ((method := data.find(f"{_ENC}EncryptionMethod")) is None
                       or method.get("Algorithm") not in _FONT_OBFUSCATION)]
     if encrypted:
         (part, algorithm), more = encrypted[0], len(encrypted) - 1
-        others = f" and {more:,} other part{'s' * (more > 1)}" if more else ""
-        raise Unreadable(f"an EPUB whose content is encrypted (DRM: {name} encrypts {unquote(part)}{others} with "
+        others = f" and {more:,} other document{'s' * (more > 1)} of its text" if more else ""
+        raise Unreadable(f"an EPUB whose content is encrypted (DRM: {name} encrypts {part}{others} with "
                          f"{algorithm}); its text cannot be read. Get a DRM-free copy of the book and ingest that")
 
 

@@ -165,6 +165,28 @@ def test_a_drm_protected_book_is_refused_naming_the_file_and_font_obfuscation_is
         from_files([folder / "locked.epub"], tmp_path / "d.jsonl", opts=IngestOptions(strict=True))
 
 
+def test_a_book_whose_fonts_alone_are_encrypted_is_read(tmp_path):
+    """A book whose encryption.xml encrypts its fonts with a real cipher (AES, as some publishers protect the fonts
+    they license), its text plain, was refused as DRM: it is read; one whose chapter is encrypted is still refused,
+    named by the chapter, however the encryption names its path."""
+    def encrypted(*uris: str) -> str:
+        return ('<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container" '
+                'xmlns:enc="http://www.w3.org/2001/04/xmlenc#">' + "".join(
+                    '<enc:EncryptedData><enc:EncryptionMethod Algorithm="http://www.w3.org/2001/04/xmlenc#aes128-cbc"/>'
+                    f'<enc:CipherData><enc:CipherReference URI="{uri}"/></enc:CipherData></enc:EncryptedData>'
+                    for uri in uris) + "</encryption>")
+
+    fonts = write_epub(tmp_path / "fonts.epub", parts={
+        "META-INF/encryption.xml": encrypted("OEBPS/fonts/serif.otf", "OEBPS/fonts/sans.otf"),
+        "OEBPS/fonts/serif.otf": b"\x93\x11 ciphertext", "OEBPS/fonts/sans.otf": b"\x07 ciphertext"})
+    assert extract_epub(fonts).paragraphs[:2] == ["The bridge", "In 1450 Gala built the harbour bridge."]
+    locked = write_epub(tmp_path / "locked.epub", parts={
+        "META-INF/encryption.xml": encrypted("OEBPS/fonts/serif.otf", "OEBPS/text/../text/ch%31.xhtml")})
+    with pytest.raises(Unreadable, match=r"encrypts OEBPS/text/ch1\.xhtml with http://www\.w3\.org/2001/04/xmlenc"
+                                         r"#aes128-cbc\); its text cannot be read"):
+        extract_epub(locked)
+
+
 def test_damaged_books_and_other_files_renamed_are_named_with_what_is_wrong(tmp_path):
     def why(name: str, data: bytes) -> str:
         (tmp_path / name).write_bytes(data)
