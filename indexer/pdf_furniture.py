@@ -63,12 +63,12 @@ def running(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[set[i
     document of two pages or more but fewer than that), in that size of type and with the same words (case, spacing
     and numbers, roman ones too, aside); and on each of at least two pages, each of its numbers is either the same
     ("Annual Report 2023", "Chapter 3", "of 40") or the page's own number give or take a fixed offset ("Page 3", a
-    journal's "231" on the file's first page), and not all of two or more follow the page. Rows at the tops of the
-    pages of a long table ("Vessel 32 1032", "Vessel 65 1065"), or the lines of a log, differ in their numbers
-    otherwise, and a line whose numbers, two or more, all go up with the pages ("Season 3 began in 1903" on page 3,
-    "Season 4 began in 1904" on page 4: a timeline's) says something new on each: they are text. A line with two
-    numbers that follow the page and one that stays is a head (a court filing's "Document 45 ... Page 3 of 40 PageID
-    #: 563", a Bates number beside the page's).
+    journal's "231" on the file's first page). Rows at the tops of the pages of a long table ("Vessel 32 1032",
+    "Vessel 65 1065"), or the lines of a log, differ in their numbers otherwise: they are text. A number that goes up
+    with the pages may be the page's or the text's ("In 1903 the harbour froze" on page 3, "In 1904 ..." on page 4:
+    a timeline's), however many there are ("Page 3 (sheet 5)", a court filing's "Page 3 of 40 PageID #: 563"): such
+    a line is a head only where it is set as one, apart from the text in type no larger than the body's
+    (``_set_as_head``), and the page's outermost line or on one that is (``_at_edge``).
 
     Heads that take turns in one place, in type no larger than the body's and apart from the text, are found together
     (``_slots``): where two heads or more (words and numbers) each repeat on two pages or more in one place (a book's
@@ -80,6 +80,7 @@ def running(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[set[i
     (``_in_turn``), and a head on fewer than ``RUNNING_PAGES`` pages, or one that takes turns, is the page's first or
     last line (``_at_edge``): a section heading that falls in a head's place on two pages is text."""
     needed = max(2, min(RUNNING_PAGES, len(pages)))
+    body = body_size(pages)
     # (edge, size, words with their numbers as "#", how many numbers: "Form #" has none) -> (page, block index, its
     # numbers, distance from the edge)
     groups: dict[tuple[str, int, str, int], list[tuple[int, int, tuple[int, ...], float]]] = {}
@@ -104,10 +105,11 @@ def running(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[set[i
         # whichever leaves more blocks repeating (chapter numbers 1, 1, 2, 3, 3 are values, not offsets 1, 0, 0, 0, -1)
         by_page = [_repeating(n[j] - page for page, _, n, _ in placed) > _repeating(n[j] for _, _, n, _ in placed)
                    for j in range(len(placed[0][2]))]
-        if sum(by_page) > 1 and all(by_page):  # a line whose numbers all go up page by page says something new on
-            continue  # each ("Season 3 began in 1903", a timeline's line at each page's top); one that holds a number
-        # that stays too is a head that counts its page twice (a court filing's "Case 1:20-cv-01234 ... Page 3 of 40
-        # PageID #: 563", the file's page and its place in the whole record)
+        if any(by_page):  # a number that goes up with the pages: the page's, or a date of the text's ("In 1901 the
+            # harbour froze" on page 1, "In 1902 ..." on page 2): only where the line is set as a head is, it is one
+            placed = [m for m in placed if _set_as_head(pages[m[0]][0], m[1], pages[m[0]][1], pages[m[0]][2], body)]
+            if len({page for page, *_ in placed}) < 2:
+                continue
         keys: dict[tuple[int, ...], list[tuple[int, int]]] = {}
         for page, i, numbers, _ in placed:
             key = tuple(n - page if tracks else n for n, tracks in zip(numbers, by_page, strict=True))
@@ -118,8 +120,9 @@ def running(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[set[i
                 repeated.update(dict.fromkeys(same, (words, key)))
                 for page, i in same:
                     found[page].update([i] if many else [])
-                    sure[page].update([i] if many and len({p for p, _ in same}) >= RUNNING_PAGES else [])
-    for slot in _slots(pages, body_size(pages)):  # heads that take turns: two repeats or more in one place, on half
+                    sure[page].update([i] if many and not any(by_page)
+                                      and len({p for p, _ in same}) >= RUNNING_PAGES else [])
+    for slot in _slots(pages, body):  # heads that take turns: two repeats or more in one place, on half
         # its pages or more, each in runs (``_in_turn``)
         pages_of = {page for page, _ in slot}
         runs: dict[tuple[str, tuple[int, ...]], list[int]] = {}  # each repeat's pages in the slot
@@ -134,6 +137,17 @@ def running(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[set[i
                     found[page].add(i)
     return [_at_edge(blocks, heads, on, bottom, top)
             for (blocks, bottom, top), heads, on in zip(pages, found, sure, strict=True)]
+
+
+def _set_as_head(blocks: Sequence[Block], i: int, bottom: float, top: float, body: int) -> bool:
+    """Whether a margin's line (``blocks[i]``, on a page of those blocks and edges) is set as a running head is, rather
+    than as the page's text: in type no larger than the body's (``body``; a year set large at the top of each page of
+    a chronicle is its heading) and apart from the text (``_apart``: a line a paragraph's spacing over the text under
+    it is the text's first). (Whether it is the page's outermost line is asked of every head found on too few pages
+    to be sure: ``_at_edge``.)"""
+    block = blocks[i]
+    edge = margin_edge(block, bottom, top)
+    return round(block.size) <= body and edge is not None and _apart(blocks, block, edge)
 
 
 def _only_numbers(text: str) -> bool:

@@ -1861,3 +1861,15 @@ def test_the_outline_s_one_top_bookmark_the_document_s_title_begins_no_section(t
         b" 0 -100 Td (The moat was dug in 1300.) Tj")
     assert [meta.get("section") for meta in extract_pdf(path).paragraph_meta] == [
         "Castle Guide", "History", "History > Builders", "Moat"]
+
+
+def test_a_timeline_s_line_on_the_text_is_read_and_a_drawing_set_s_page_and_sheet_head_left_out(tmp_path):
+    """A line at the top of each page's text whose one number goes up page by page ("In 1902 the harbour froze." on
+    page 2) was left out as a running head, as "Page 2" is; a head whose two numbers both go up ("Page 2 (sheet 4)")
+    was read on every page, glued to the text over the page break. A line set as a head (apart from the text, in the
+    margin) goes; one a paragraph's spacing over the text is text."""
+    bodies = [A, D, E, D]
+    pages = [[(20, 12, f"Page {n} (sheet {n + 2})"), *column(20, 30, [[f"In {1900 + n} the harbour froze."], body])]
+             for n, body in enumerate(bodies, start=1)]
+    assert extract_pdf(lines_pdf(tmp_path / "timeline.pdf", pages)).paragraphs == [
+        part for n, body in enumerate(bodies, start=1) for part in (f"In {1900 + n} the harbour froze.", text_of(body))]

@@ -169,23 +169,30 @@ def test_rows_at_the_tops_of_pages_that_differ_in_their_numbers_are_text(rows):
     assert running_texts(pages) == [[], [], []]
 
 
-@pytest.mark.parametrize(("line", "head"), [
-    ("Season {n} began in {y}", False),  # a timeline's line: two numbers that go up with the pages
-    ("Page {n} of the log: the harbour froze in {y}", False),
-    ("{y} - page {n}", False),
-    ("Page {n} - Annual Report 2023", True),  # the page's number goes up, the year stays
-    ("Annual Report {y}", True),  # one number that goes up with the pages: the page's, give or take an offset
+@pytest.mark.parametrize("line", [
+    "In {y} the harbour froze.",  # a timeline's: one number that goes up with the pages
+    "Season {n} began in {y}",  # two
+    "Page {n} (sheet {m})",  # a drawing set's head: two, both the page's
+    "{y} - page {n}",
+    "Page {n} - Annual Report 2023",  # the page's number goes up, the year stays
+    "Annual Report {y}",  # the page's number, give or take an offset
     # a court filing's stamp and a Bates number: the page counted twice, beside numbers that stay
-    ("Case 1:20-cv-01234-ABC Document 45 Filed 03/01/21 Page {n} of 40 PageID #: {y}", True),
-    ("Page {n} of 40 - Bates ABC-{y}", True),
+    "Case 1:20-cv-01234-ABC Document 45 Filed 03/01/21 Page {n} of 40 PageID #: {y}",
+    "Page {n} of 40 - Bates ABC-{y}",
 ])
-def test_a_line_whose_numbers_all_go_up_with_the_pages_is_text_not_a_running_head(line, head):
-    """A line at the top of each page, the same words but for two numbers that each go up page by page ("Season 3
-    began in 1903" on page 3, "Season 4 began in 1904" on page 4), was left out as a running head, as "Page 3" is:
-    such a line says something new on each page. One that holds a number that stays as well is a head that counts
-    its page twice (a court filing's "Page 3 of 40 PageID #: 563"): it goes, as it did."""
-    pages = [[margin(line.format(n=n, y=1900 + n)), margin(f"Body text of page {n}", top=600)] for n in range(1, 6)]
-    assert running_texts(pages) == [[line.format(n=n, y=1900 + n)] if head else [] for n in range(1, 6)]
+@pytest.mark.parametrize("set_as", ["head", "on the text", "large"])
+def test_a_margin_line_whose_numbers_go_up_with_the_pages_is_a_head_only_where_it_is_set_as_one(line, set_as):
+    """A line in each page's top margin, the same words but for numbers that go up page by page, is a page's head
+    ("Page 3 (sheet 5)") or a line of its text ("In 1903 the harbour froze.", a timeline's): its numbers cannot tell
+    (a line with one such number was always a head, and one whose numbers all went up always text: the timeline's
+    line was left out, the drawing set's head kept). Its setting tells: apart from the text, in type no larger than
+    the body's, it is a head; a paragraph's spacing over the text under it, or in larger type (a chronicle's year),
+    it is the page's text."""
+    prose = "The text of the page about the {0}, in the type most of the document is set in. " * 3
+    found = running_texts([[margin(line.format(n=n, m=n + 2, y=1900 + n), size=12 if set_as == "large" else 8),
+                            margin(prose.format(topic), top=800 if set_as == "on the text" else 600)]
+                           for n, topic in enumerate(["harbour", "quay", "pier", "dock", "berth"], start=1)])
+    assert found == [[line.format(n=n, m=n + 2, y=1900 + n)] if set_as == "head" else [] for n in range(1, 6)]
 
 
 def test_a_literal_hash_sign_or_a_very_long_number_in_a_margin_does_not_stop_the_reading():
