@@ -5,7 +5,8 @@ parts in one XML document) read as their package does.
     spanseek corpus from-files minutes.odt talk.odp DOCS/ --out corpus.jsonl
 
 ``content.xml``'s body is read in order, as a Word file's is (``indexer.word``): paragraphs, headings (``text:h``,
-opening a section at their outline level: ``extracted.Sections``), list items after the number or bullet their list
+opening a section at their outline level: ``extracted.Sections``; after the number the outline style gives them,
+"2.1 Berths"), list items after the number or bullet their list
 style shows ("2. Configure", "1.2 Scope", "• Item"), the rows of tables (one paragraph each, the cells named by the
 header rows: "Route: Kellerton to Kirkwall; Departure: 09:15"; a cell merged over rows in each of them) and the
 contents of sections; a paragraph's footnotes, endnotes, text boxes and shapes' text follow it as paragraphs of
@@ -66,9 +67,17 @@ def _line(text: str) -> str:
     return " ".join(text.split())
 
 
+# the key of the outline style (``text:outline-style``: the numbering of headings by their outline level) among the
+# list styles: no style's name (names are XML names, without brackets)
+_OUTLINE = "(outline)"
+# the elements that define a numbered level: a list style's, and the outline style's
+_NUMBERED_LEVELS = {f"{_TEXT}list-level-style-number", f"{_TEXT}outline-level-style"}
+
+
 class _Styles:
     """A document's styles by name (``content.xml``'s automatic ones, then ``styles.xml``'s): their parents, the list
-    styles, and which hide their text (``text:display="none"``)."""
+    styles (the outline style, which numbers headings, among them as ``_OUTLINE``), and which hide their text
+    (``text:display="none"``)."""
 
     def __init__(self, *roots: Any) -> None:
         self.parents: dict[str, str] = {}
@@ -83,6 +92,8 @@ class _Styles:
                     self.hidden.add(name)
             for lists in root.iter(f"{_TEXT}list-style"):
                 self.lists.setdefault(lists.get(f"{_STYLE}name", ""), lists)
+            for outline in root.iter(f"{_TEXT}outline-style"):
+                self.lists.setdefault(_OUTLINE, outline)
 
     def chain(self, name: str | None) -> Iterator[str]:
         """A style's name and its parents' (at most 16: a loop of parents ends)."""
@@ -124,7 +135,7 @@ class _Lists:
             return ""
         if definition.tag == f"{_TEXT}list-level-style-bullet":
             return definition.get(f"{_TEXT}bullet-char", "\u2022")
-        if definition.tag != f"{_TEXT}list-level-style-number" or not definition.get(f"{_STYLE}num-format", "1"):
+        if definition.tag not in _NUMBERED_LEVELS or not self._format(style, level):
             return ""  # (an image's bullet, a level numbered with no number shown)
         shown = [counted(counters[lv - 1], self._format(style, lv))
                  for lv in range(max(1, level - _int(definition.get(f"{_TEXT}display-levels")) + 1), level + 1)]
@@ -138,8 +149,25 @@ class _Lists:
         return next((d for d in lists if _int(d.get(f"{_TEXT}level")) == level), None)
 
     def _format(self, style: str, level: int) -> str:
+        """A level's number format ("1", "a", "I"; "" for none); a list's level without one counts in "1", the outline
+        style's shows no number (Writer's headings are unnumbered unless their level says)."""
         definition = self._level(style, level)
-        return definition.get(f"{_STYLE}num-format", "1") if definition is not None else "1"
+        default = "" if style == _OUTLINE else "1"
+        return definition.get(f"{_STYLE}num-format", default) if definition is not None else default
+
+    def heading(self, h: Any, level: int) -> str:
+        """The number the outline style gives a heading at ``level`` ("2.1"; "" where its level shows none, or the
+        heading is marked as no item of the outline's list, ``text:is-list-header``); counted whether shown or not,
+        from its own start value where it restarts the numbering (``text:restart-numbering``)."""
+        if h.get(f"{_TEXT}is-list-header") == "true":
+            return ""
+        counters = self.counters.setdefault(_OUTLINE, [])
+        start = None
+        if h.get(f"{_TEXT}restart-numbering") == "true":
+            definition = self._level(_OUTLINE, level)
+            start = h.get(f"{_TEXT}start-value") or (
+                definition.get(f"{_TEXT}start-value") if definition is not None else None) or "1"
+        return self.label(_OUTLINE, counters, level, start)
 
 
 class _OdfText:
@@ -203,6 +231,9 @@ class _OdfText:
         extras: list[Any] = []
         text = _line(self.inline(p, extras))
         level = _int(p.get(f"{_TEXT}outline-level")) if p.tag == f"{_TEXT}h" else 0
+        if level and not label:  # its outline number ("2.1 Berths"), unless the file wrote it (text:number)
+            numbered = self.lists.heading(p, level)
+            label = "" if p.find(f"{_TEXT}number") is not None else numbered
         if p.tag == f"{_TEXT}p" and self.styles.is_title(p) and text and self.title is None:
             self.title = text  # the title is the document's, not a passage's
         else:

@@ -295,3 +295,31 @@ def test_a_numbered_paragraph_outside_a_list_reads_after_its_number(tmp_path):
     body = ('<text:p>Steps:</text:p><text:numbered-paragraph text:level="1"><text:number>3.</text:number>'
             "<text:p>Moor the ferry</text:p></text:numbered-paragraph>")
     assert extract_odt(write_odt(tmp_path / "n.odt", body=body)).paragraphs == ["Steps:", "3. Moor the ferry"]
+
+
+OUTLINE = ('<office:styles><text:outline-style style:name="Outline"><text:outline-level-style text:level="1" '
+           'style:num-format="1" style:num-suffix="."/><text:outline-level-style text:level="2" style:num-format="1" '
+           'text:display-levels="2"/><text:outline-level-style text:level="3" style:num-format=""/>'
+           "</text:outline-style></office:styles>")
+
+
+def test_headings_numbered_by_the_outline_style_read_with_their_numbers(tmp_path):
+    """Writer numbers headings by the outline style (Tools > Heading Numbering) and writes no number in the heading:
+    "2.1 Berths" read "Berths", in the text and in the section. Each level counts as Writer shows it (the levels it
+    displays, its suffix, a level that shows none, a heading that restarts the count or is no item of it)."""
+    headings = ['<text:h text:outline-level="1">Harbours</text:h>', '<text:h text:outline-level="1">Berthing</text:h>',
+                '<text:h text:outline-level="2">Berths</text:h>', '<text:h text:outline-level="3">Depths</text:h>',
+                '<text:h text:outline-level="2">Cranes</text:h>',
+                '<text:h text:outline-level="1" text:is-list-header="true">Appendix</text:h>',
+                '<text:h text:outline-level="1" text:restart-numbering="true" text:start-value="7">Ferries</text:h>',
+                '<text:h text:outline-level="2"><text:number>7.9</text:number>Routes</text:h>']
+    path = tmp_path / "numbered.odt"
+    write_odt(path, body="".join(f"{h}<text:p>Text.</text:p>" for h in headings))
+    with zipfile.ZipFile(path, "a") as z:
+        z.writestr("styles.xml", f'<office:document-styles {NS}>{OUTLINE}</office:document-styles>')
+    ext = extract_odt(path)
+    assert ext.paragraphs[:2] == ["1. Harbours", "Text."]
+    assert [meta["section"] for meta in ext.paragraph_meta[1::2]] == [
+        "1. Harbours", "2. Berthing", "2. Berthing > 2.1 Berths", "2. Berthing > 2.1 Berths > Depths",
+        "2. Berthing > 2.2 Cranes", "Appendix", "7. Ferries", "7. Ferries > 7.9 Routes"]
+
