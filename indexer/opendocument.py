@@ -21,6 +21,7 @@ which (``indexer.packaged``, which bounds zip bombs and XML entities as the Offi
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -454,13 +455,49 @@ def extract_odt(path: Path) -> Extracted:
 
 def _length(value: str | None) -> float:
     """A position ("2.5cm", "1in", "72pt") in centimetres; 0 for none, or one in a unit not known."""
+    return _measure(value, _UNITS)
+
+
+def _measure(value: str | None, units: dict[str, float]) -> float:
+    """A number with its unit ("2.5cm", "0.52rad") in the unit ``units`` measure others by; 0 for none, or one in a
+    unit not among them."""
     found = _LENGTH.fullmatch(value or "")
-    return float(found.group(1)) * _UNITS.get(found.group(2), 0.0) if found else 0.0
+    return float(found.group(1)) * units.get(found.group(2), 0.0) if found else 0.0
+
+
+# one transformation of a shape's ``draw:transform`` ("rotate (0.5236) translate (5cm 3cm)"): its name and arguments
+_TRANSFORM = re.compile(r"\s*([a-zA-Z]+)\s*\(([^()]*)\)\s*,?")
+# an angle's unit, in radians (a number without one is in radians, as LibreOffice writes it); a scale's, none
+_ANGLES = {"": 1.0, "rad": 1.0, "deg": math.pi / 180, "grad": math.pi / 200}
+_PLAIN = {"": 1.0}
+
+
+def _place(shape: Any) -> tuple[float, float]:
+    """Where a shape is on its slide, (top, left) in centimetres: its ``svg:y`` and ``svg:x``; for a shape turned or
+    moved by ``draw:transform`` (a rotated shape has no ``svg:x`` or ``svg:y``, only "rotate (a) translate (x y)"),
+    the top left of its box before it turned about its centre, as a PowerPoint shape's position is (it sorted as if at
+    the slide's top left corner, before the title's other shapes)."""
+    left, top = _length(shape.get(f"{_SVG}x")), _length(shape.get(f"{_SVG}y"))
+    if not (transform := shape.get(f"{_DRAW}transform")):
+        return top, left
+    half_width, half_height = _length(shape.get(f"{_SVG}width")) / 2, _length(shape.get(f"{_SVG}height")) / 2
+    x, y = left + half_width, top + half_height  # its centre, carried through the transformations in turn
+    for name, arguments in _TRANSFORM.findall(transform):
+        values = arguments.replace(",", " ").split()
+        if name == "translate" and values:
+            x, y = x + _length(values[0]), y + (_length(values[1]) if len(values) > 1 else 0.0)
+        elif name == "rotate" and values:  # counter-clockwise on the slide (whose y axis runs down)
+            turn = _measure(values[0], _ANGLES)
+            x, y = x * math.cos(turn) + y * math.sin(turn), y * math.cos(turn) - x * math.sin(turn)
+        elif name == "scale" and values:
+            scale = [_measure(v, _PLAIN) for v in values[:2]]
+            x, y = x * scale[0], y * scale[-1]
+    return y - half_height, x - half_width
 
 
 def _shapes(container: Any) -> list[Any]:
-    """A slide's (or a group's) shapes in reading order, top to bottom then left to right, a group's shapes in its
-    place (at its first shape's); the slide number, date and footer placeholders and the notes page's picture of the
+    """A slide's (or a group's) shapes in reading order, top to bottom then left to right (``_place``), a group's
+    shapes in its place (at its first shape's); the slide number, date and footer placeholders and the notes page's picture of the
     slide left out."""
     placed: list[tuple[tuple[float, float], list[Any]]] = []
     for shape in container:
@@ -471,7 +508,7 @@ def _shapes(container: Any) -> list[Any]:
         inner = _shapes(shape) if shape.tag == f"{_DRAW}g" else [shape]
         if inner:
             first = inner[0]
-            placed.append(((_length(first.get(f"{_SVG}y")), _length(first.get(f"{_SVG}x"))), inner))
+            placed.append((_place(first), inner))
     return [shape for _, shapes in sorted(placed, key=lambda p: p[0]) for shape in shapes]
 
 

@@ -323,3 +323,16 @@ def test_headings_numbered_by_the_outline_style_read_with_their_numbers(tmp_path
         "1. Harbours", "2. Berthing", "2. Berthing > 2.1 Berths", "2. Berthing > 2.1 Berths > Depths",
         "2. Berthing > 2.2 Cranes", "Appendix", "7. Ferries", "7. Ferries > 7.9 Routes"]
 
+
+def test_a_rotated_shape_reads_in_its_place_on_the_slide(tmp_path):
+    """A shape turned on its slide has no svg:x or svg:y, only draw:transform ("rotate (a) translate (x y)"): it
+    sorted as if at the slide's top left, before the shapes above it. It reads where it is: by its box's top left
+    before it turned about its centre, as a PowerPoint shape's."""
+    turned = ('<draw:frame svg:width="10cm" svg:height="2cm" draw:transform="rotate (0.2618) translate (2.2cm 15.5cm)">'
+              "<draw:text-box><text:p>Turned at the foot</text:p></draw:text-box></draw:frame>")
+    upside = ('<draw:custom-shape svg:width="6cm" svg:height="2cm" draw:transform="rotate (180deg) translate (20cm 11cm)">'
+              "<text:p>Upside down in the middle</text:p></draw:custom-shape>")
+    slides = ('<draw:page draw:name="page1">' + turned + upside + frame("title", "1cm", "2cm", "<text:p>Tides</text:p>")
+              + frame("subtitle", "5cm", "2cm", "<text:p>High water at noon</text:p>") + "</draw:page>")
+    assert extract_odp(write_odp(tmp_path / "turned.odp", slides)).paragraphs == [
+        "Tides", "High water at noon", "Upside down in the middle", "Turned at the foot"]
