@@ -5,7 +5,8 @@
 ``META-INF/container.xml`` names the book's package document (the OPF), whose spine lists its XHTML documents in
 reading order (those marked ``linear="no"``, such as endnotes, in their place too). Each is read as an HTML file's
 blocks are (``markup.html_blocks``: headings open sections, a table row is one paragraph named by its header row,
-text a browser hides and ``<del>`` text left out), every block of it: an e-book's documents hold no site navigation
+text a browser hides, by its attributes or by the book's own style sheets' simple rules (``html_styles``), and
+``<del>`` text left out), every block of it: an e-book's documents hold no site navigation
 to drop. The navigation document (EPUB 3's ``nav``; the table of contents and the cover page that EPUB 2's guide or
 EPUB 3's landmarks name) is not read as text, unless the table of contents leads to another place in that document
 (a book in one document whose contents open it). Each paragraph carries ``chapter``, its document's number in reading
@@ -23,6 +24,7 @@ missing or cannot be decoded is left out with a warning naming it, and the rest 
 from __future__ import annotations
 
 import codecs
+import html
 import logging
 import posixpath
 import re
@@ -31,6 +33,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from spanseek.indexer.extracted import Extracted, Unreadable
+from spanseek.indexer.html_styles import StyleRules
 from spanseek.indexer.markup import html_blocks, text_codec
 from spanseek.indexer.packaged import Package, xml_of
 
@@ -52,6 +55,13 @@ _NOT_TEXT = {"cover", "toc"}  # the guide's and landmarks' types of the document
 _XML_ENCODING = re.compile(rb"""^<\?xml[^>]*?encoding\s*=\s*["']([A-Za-z0-9._:-]+)["']""")
 _DOCTYPE = re.compile(r"<!DOCTYPE", re.IGNORECASE)
 _INTERNAL_SUBSET = re.compile(r"<!DOCTYPE[^\[>]*\[[^\]]*\]\s*>", re.IGNORECASE)
+# what a document's head says of its style: a linked sheet (<link ...>) or a <style> element's rules, in order; a
+# tag's attributes; where its body starts
+# (no "<" inside a tag: a tag left open is not searched for its ">" to the end of the head, from each "<link")
+_STYLE_SOURCES = re.compile(r"<link\b(?P<link>[^<>]*)>|<(?P<style>style)\b[^<>]*>", re.IGNORECASE)
+_ATTRIBUTE = re.compile(r"""([\w:-]+)\s*=\s*(["'])(.*?)\2""", re.DOTALL)
+_BODY = re.compile(r"<body\b", re.IGNORECASE)
+_STYLE_END = re.compile(r"</style", re.IGNORECASE)
 
 
 def extract_epub(path: Path) -> Extracted:
@@ -66,8 +76,9 @@ def extract_epub(path: Path) -> Extracted:
         paragraphs: list[str] = []
         metas: list[dict[str, Any]] = []
         first_heading = None
+        sheets: dict[str, str] = {}  # the book's style sheets read, by archive path (most documents link the same)
         for chapter, name in enumerate(documents, start=1):
-            parser = _read_document(package, path, name)
+            parser = _read_document(package, path, name, sheets)
             if parser is None:
                 continue
             first_heading = first_heading or parser.first_heading
@@ -217,9 +228,10 @@ def _ncx_entries(package: Package, ncx: str) -> list[tuple[str, str, str]]:
             for label in [point.find("{*}navLabel/{*}text")]]
 
 
-def _read_document(package: Package, path: Path, name: str) -> Any:
-    """A spine document read as HTML (``html_blocks``); None, with a warning naming it, where it is missing, damaged
-    or not in the encoding it declares."""
+def _read_document(package: Package, path: Path, name: str, sheets: dict[str, str]) -> Any:
+    """A spine document read as HTML (``html_blocks``), what its style sheets hide left out (``_style_rules``;
+    ``sheets``, those read before); None, with a warning naming it, where it is missing, damaged or not in the
+    encoding it declares."""
     try:
         data = package.read(name)
     except Unreadable as e:
@@ -242,7 +254,34 @@ def _read_document(package: Package, path: Path, name: str) -> Any:
         log.warning("%s: its part %s is not valid %s (byte 0x%02x at offset %d); the rest of it is read", path, name,
                     encoding, data[e.start], e.start)
         return None
-    return html_blocks(_without_internal_subset(text))
+    text = _without_internal_subset(text)
+    return html_blocks(text, _style_rules(package, name, text, sheets))
+
+
+def _style_rules(package: Package, name: str, text: str, sheets: dict[str, str]) -> StyleRules:
+    """The rules that hide elements (``html_styles``) of a document's style sheets: those its head links (``<link
+    rel="stylesheet">``, read from the book; one missing or not UTF-8 is passed over) and its ``<style>`` elements,
+    in their order; ``sheets``, the book's sheets read so far, by archive path."""
+    rules = StyleRules()
+    head = text[:body.start()] if (body := _BODY.search(text)) else text
+    for tag in _STYLE_SOURCES.finditer(head):
+        if tag.group("style") is not None:  # its rules run to its end tag (to the head's end where it has none)
+            end = _STYLE_END.search(head, tag.end())
+            rules.add(head[tag.end():end.start() if end else len(head)])
+            if end is None:
+                break
+            continue
+        attrs = {key.lower(): value for key, _, value in _ATTRIBUTE.findall(tag.group("link"))}
+        if "stylesheet" not in attrs.get("rel", "").lower().split() or not attrs.get("href"):
+            continue
+        sheet = _href(name, html.unescape(attrs["href"]))
+        if sheet not in sheets:
+            try:
+                sheets[sheet] = package.read(sheet).decode("utf-8-sig", "replace")
+            except Unreadable:  # (a sheet the book lacks: a browser shows the text)
+                sheets[sheet] = ""
+        rules.add(sheets[sheet])
+    return rules
 
 
 def _without_internal_subset(text: str) -> str:

@@ -22,6 +22,7 @@ from spanseek.indexer.html_shown import (
     list_start,
     quote_marks,
 )
+from spanseek.indexer.html_styles import StyleRules
 from spanseek.indexer.html_tables import Table
 from spanseek.indexer.html_tree import (
     BLOCK,
@@ -104,9 +105,10 @@ class HTMLText(HTMLParser):
     """Collects paragraphs with their sections, the <title>, the first heading and <h1>, and <meta> tags of an HTML
     document: a table row is a paragraph of its cells (named by the header row), a <pre> one of its lines."""
 
-    def __init__(self, page: bool = False, hidden: bool = False) -> None:
+    def __init__(self, page: bool = False, hidden: bool = False, styles: StyleRules | None = None) -> None:
         super().__init__(convert_charrefs=True)
         self.read_hidden = hidden  # whether elements a browser hides (``hidden_element``) are read too
+        self.styles = styles  # the document's style sheets' rules that hide elements (an e-book's), if any
         self.skipped = _SKIP | _BOILERPLATE if page else _SKIP  # what an HTML page drops, not Markdown's HTML
         self.text = Sections()
         self.meta: dict[str, str] = {}
@@ -210,6 +212,12 @@ class HTMLText(HTMLParser):
             if tag != "tr":
                 table.in_thead = start and tag == "thead"
 
+    def _shown(self, tag: str, attrs: Mapping[str, str | None]) -> bool:
+        """Whether an element is read: hidden elements are read too (``read_hidden``), or it is not hidden, by its
+        attributes (``hidden_element``) or by the document's style sheets (``styles``)."""
+        return self.read_hidden or not (hidden_element(attrs) or (self.styles is not None and self.styles.hides(
+            tag, attrs)))
+
     def _hide(self, tag: str, attrs: list[tuple[str, str | None]]) -> bool:
         """Whether a start tag is in a hidden element (``hidden_element``) or opens one, keeping count of the elements open
         in it: its text is not read. A tag that ends it as a browser would (``_SELF_ENDING``) ends it, as does (in
@@ -218,8 +226,7 @@ class HTMLText(HTMLParser):
             ends, keeps = _SELF_ENDING[self._hidden[0]]
             if tag in ends and keeps.isdisjoint(self._hidden[1:]):
                 self._hidden = []
-        if tag not in _VOID and (self._hidden or (
-                not self.read_hidden and tag not in SHOWN_LATER and hidden_element(dict(attrs)))):
+        if tag not in _VOID and (self._hidden or (tag not in SHOWN_LATER and not self._shown(tag, dict(attrs)))):
             self._hidden.append(tag)
         return bool(self._hidden)
 
@@ -282,11 +289,11 @@ class HTMLText(HTMLParser):
         self._forms += tag == "form"
         if tag in ("ol", "ul", "menu"):
             self._lists.append(_OrderedList(named, list_start(named, None)) if tag == "ol" else None)
-        elif tag == "input" and (box := check_box(named)) and not self._skip and (
-                self.read_hidden or not hidden_element(named)):  # (a void element: ``_hide`` passes it)
+        elif tag == "input" and (box := check_box(named)) and not self._skip and self._shown(
+                tag, named):  # (a void element: ``_hide`` passes it)
             self.handle_data(box)
-        elif tag == "img" and (formula := formula_image(named)) is not None and not self._skip and (
-                self.read_hidden or not hidden_element(named)):
+        elif tag == "img" and (formula := formula_image(named)) is not None and not self._skip and self._shown(
+                tag, named):
             if self._formula is None or self._formula == self._maths:  # its formula's MathML not read
                 self.handle_data(formula)
             self._formula = None

@@ -23,6 +23,7 @@ from spanseek.indexer.extracted import (
 from spanseek.indexer.front_matter import front_matter
 from spanseek.indexer.html_main import MAIN_SHARE, main_content
 from spanseek.indexer.html_reader import HTMLText
+from spanseek.indexer.html_styles import StyleRules
 from spanseek.indexer.markdown_render import markdown_parser, markdown_parts, render_markdown
 from spanseek.indexer.pdf_layout import dehyphenate
 
@@ -78,12 +79,13 @@ def _mostly_hidden(parser: HTMLText) -> bool:
     return parser.hidden_text > sum(len(text) - text.count(" ") for text in parser.text.texts)
 
 
-def html_blocks(source: str) -> HTMLText:
+def html_blocks(source: str, styles: StyleRules | None = None) -> HTMLText:
     """Every block of an HTML document read (``HTMLText``), with no main-content extraction: an e-book's documents
     (``indexer.epub``) hold no site's navigation or footers to drop, so every block of them is the book's text.
-    Elements a browser hides are left out, unless most of the text is in them (as ``extract_html``)."""
+    Elements a browser hides (by their attributes, or by the document's style sheets' ``styles``) are left out,
+    unless most of the text is in them (as ``extract_html``)."""
     for hidden in (False, True):
-        parser = HTMLText(hidden=hidden)
+        parser = HTMLText(hidden=hidden, styles=styles)
         parser.feed(source)
         parser.close()
         if hidden or not _mostly_hidden(parser):
