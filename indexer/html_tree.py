@@ -73,7 +73,8 @@ def hidden_element(attrs: Mapping[str, str | None]) -> bool:
 # back to its mark ("↩"); and a link's text that is a note's mark ("1", "[1]", "*") where it is set in <sup>
 _PERMALINK = re.compile(r"[¶§#↩↑⬆🔗⚓][\ufe0e\ufe0f]?")
 _MARK = re.compile(r"\[?(?:\d{1,4}|[*†‡])\]?")
-_NOTE_LINKS = {"headerlink", "footnote-ref", "footnote-back", "footnote-backref", "doc-noteref", "doc-backlink"}
+_NOTE_LINKS = {"headerlink", "footnote-ref", "footnote-back", "footnote-backref", "doc-noteref", "doc-backlink",
+               "noteref", "backlink"}  # (the last two an e-book's epub:type)
 
 
 def unread_link(attrs: Mapping[str, str | None], text: str, superscript: bool) -> bool:
@@ -81,11 +82,17 @@ def unread_link(attrs: Mapping[str, str | None], text: str, superscript: bool) -
     mark ("high<sup><a href="#fn1">1</a></sup> today" reads "high today", as Markdown's ``[^1]``) or a footnote's
     link back to it (Pandoc's, Sphinx's, MkDocs', Google Docs', Wikipedia's): its text was read into the heading
     ("Install¶") or the sentence ("high1 today"); or one with no text (MkDocs' anchor on each line of code, which
-    made trafilatura drop the code block). ``superscript``: the link is in a <sup> or holds one."""
-    if not (attrs.get("href") or "").startswith("#"):
-        return False
-    named = {*(attrs.get("class") or "").split(), *(attrs.get("role") or "").split()}
+    made trafilatura drop the code block). A link to a place in another document is passed over where it is a
+    note's mark too (an e-book's endnotes, "froze<sup><a href="notes.xhtml#n1">1</a></sup> in" read "froze1 in"):
+    in a <sup>, or marked as a note's link (``epub:type="noteref"``, ``role="doc-noteref"``). ``superscript``: the
+    link is in a <sup> or holds one."""
+    href = attrs.get("href") or ""
+    named = {*(attrs.get("class") or "").split(), *(attrs.get("role") or "").split(),
+             *(attrs.get("epub:type") or "").split()}
     mark = text.strip()
+    if not href.startswith("#"):
+        return "#" in href and (superscript or bool(_NOTE_LINKS & named)) and bool(
+            _MARK.fullmatch(mark) or _PERMALINK.fullmatch(mark))
     return not mark or bool(_NOTE_LINKS & named) or bool(_PERMALINK.fullmatch(mark)) or (superscript and bool(_MARK.fullmatch(mark)))
 
 

@@ -415,3 +415,17 @@ def test_a_large_style_sheet_and_many_classes_read_in_bounded_time(tmp_path):
     paragraphs = extract_epub(path).paragraphs
     assert time.process_time() - start < 1.0  # (some 0.25 s)
     assert paragraphs == [f"Shown {i}." for i in range(2000)]
+
+
+def test_a_note_s_mark_that_links_to_the_endnotes_document_is_not_read_into_its_word(tmp_path):
+    """An e-book's note marks link to its endnotes in another document ("notes.xhtml#n1"): only a link within the
+    document was taken for a note's mark, and these read glued to their words, "froze1", "again2" (a search for
+    "froze" missed the passage). A mark in <sup>, or a link the book marks as a note's, is passed over; the note's
+    own number, linking back, is read."""
+    chapters = {"text/ch1.xhtml": page(
+        '<p>The harbour froze<sup><a epub:type="noteref" href="notes.xhtml#n1" xmlns:epub="http://www.idpf.org/2007/ops">'
+        '1</a></sup> in 1901, and again<a href="notes.xhtml#n2" role="doc-noteref">[2]</a> in 1902, as the '
+        '<a href="notes.xhtml#log">log</a> says.</p>'),
+        "text/notes.xhtml": page('<aside id="n1"><p><a href="ch1.xhtml#r1">1</a>. The ice was a metre thick.</p></aside>')}
+    assert extract_epub(write_epub(tmp_path / "notes.epub", chapters, nav=None)).paragraphs == [
+        "The harbour froze in 1901, and again in 1902, as the log says.", "1. The ice was a metre thick."]
