@@ -386,8 +386,10 @@ def extract_pdf(path: Path) -> Extracted:
     ends: Block | None = None  # the last block of the paragraph before
     hyphen = ""  # the hyphen its last line ends with ("" for none): a word broken there goes on in the next block
 
-    def placed(number: int, top: float, size: float) -> dict[str, Any]:  # a paragraph's page, and its section
-        section = outline.section(number, top, size)  # where the PDF's bookmarks give one (``pdf_outline``)
+    outline.place([page.blocks for page in pages])  # (the bookmarks in the reading order of the text read)
+
+    def placed(number: int, index: int) -> dict[str, Any]:  # a paragraph's page, and its section
+        section = outline.section(number, index)  # where the PDF's bookmarks give one (``pdf_outline``)
         return {"page": number, "section": section} if section else {"page": number}
 
     def read_notes() -> None:  # the footnotes set aside, after the paragraph that ran past them
@@ -406,7 +408,7 @@ def extract_pdf(path: Path) -> Extracted:
             mended = next(texts)
             box = _clean(mended)
             if i in foot:
-                notes.append((box, placed(number, block.y1, block.size)))
+                notes.append((box, placed(number, i)))
                 continue
             if block.size < pdf_layout.FOOTNOTE_SIZE * body:  # small type: the notes go on here, not the text
                 read_notes()
@@ -425,10 +427,11 @@ def extract_pdf(path: Path) -> Extracted:
             else:
                 read_notes()
                 paragraphs.append(box)
-                metas.append(placed(number, block.y1, block.size))
+                metas.append(placed(number, i))
             apart, after_heading, ends = bool(block.cells) or heading or block.entries, heading, block
             hyphen = last if (last := mended.rstrip()[-1:]) in _HYPHENS else ""
-        notes.extend((_clean(text), placed(number, page.bottom, 0)) for text in page.turned if text not in running_turned)
+        notes.extend((_clean(text), placed(number, len(page.blocks))) for text in page.turned
+                     if text not in running_turned)
     read_notes()
     paragraphs += form  # (on no page: a viewer that runs XFA lays them out)
     metas += [{}] * len(form)

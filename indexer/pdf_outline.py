@@ -8,11 +8,13 @@ it falls under ("2 Harbours > 2.1 Berths"), as a Word, Markdown or HTML file's p
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spanseek.indexer.pdf_blocks import text_string
+from spanseek.indexer.pdf_blocks import Block, text_string
 
 __all__ = ["MAX_BOOKMARKS", "MAX_DEPTH", "Bookmark", "Outline", "bookmarks"]
 
@@ -26,12 +28,14 @@ MAX_DEPTH = 9
 
 @dataclass(frozen=True)
 class Bookmark:
-    """A bookmark of a PDF's outline: its path (its own title last), the page it leads to (1-based) and the height on
-    that page (points from the page's foot, as the layout's) its view starts at; None for the page's top."""
+    """A bookmark of a PDF's outline: its path (its own title last), the page it leads to (1-based), the height on
+    that page (points from the page's foot, as the layout's) its view starts at (None for the page's top) and its
+    left edge, where the view gives one (None where it does not, or gives the page's edge, 0)."""
 
     path: tuple[str, ...]
     page: int
     top: float | None
+    left: float | None = None
 
 
 def bookmarks(document: Any, pages: dict[int, tuple[int, float, int]]) -> list[Bookmark]:
@@ -82,7 +86,7 @@ def _under_one_root(found: list[Bookmark]) -> list[Bookmark]:
     roots = [mark for mark in found if len(mark.path) == 1]
     if len(roots) != 1 or len(found) == 1:
         return found
-    return [mark if len(mark.path) == 1 else Bookmark(mark.path[1:], mark.page, mark.top) for mark in found]
+    return [mark if len(mark.path) == 1 else Bookmark(mark.path[1:], mark.page, mark.top, mark.left) for mark in found]
 
 
 def _named_destinations(document: Any) -> dict[str | bytes, Any]:
@@ -123,9 +127,9 @@ def _named_destinations(document: Any) -> dict[str | bytes, Any]:
 
 
 def _destination(named: dict[str | bytes, Any], entry: dict[str, Any], pages: dict[int, tuple[int, float, int]]
-                 ) -> tuple[int, float | None] | None:
-    """Where an outline entry leads: its page (1-based) and the height its view starts at (None: the page's top);
-    None where it leads to no page of the document. ``named``: the document's named destinations
+                 ) -> tuple[int, float | None, float | None] | None:
+    """Where an outline entry leads: its page (1-based), the height its view starts at (None: the page's top) and its
+    left edge (None: none given, or the page's); None where it leads to no page of the document. ``named``: the document's named destinations
     (``_named_destinations``)."""
     from pdfminer.pdftypes import PDFObjRef, resolve1
     from pdfminer.psparser import PSLiteral
@@ -149,27 +153,89 @@ def _destination(named: dict[str | bytes, Any], entry: dict[str, Any], pages: di
     kind = getattr(target[1], "name", None) if len(target) > 1 else None
     at = 3 if kind == "XYZ" else 2 if kind in ("FitH", "FitBH") else None
     top = resolve1(target[at]) if at is not None and len(target) > at else None
+    left = resolve1(target[2]) if kind == "XYZ" and len(target) > 2 else None
+    left = float(left) if isinstance(left, (int, float)) and math.isfinite(left) and left > 0 else None
     # (a turned page's layout turns its heights too: its bookmarks lead to its top)
     if not isinstance(top, (int, float)) or not math.isfinite(top) or rotate % 360:
-        return number, None
-    return number, float(top) - foot
+        return number, None, None
+    return number, float(top) - foot, left
 
 
 class Outline:
-    """A document's bookmarks by where they lead (``bookmarks``), so that a paragraph's section is the path of the
-    last one at or above its first line (``section``)."""
+    """A document's bookmarks by where they lead in its reading order (``bookmarks``, ``place``), so that a
+    paragraph's section is the path of the last one that leads to it or to a paragraph read before it
+    (``section``)."""
 
     def __init__(self, marks: list[Bookmark]) -> None:
-        self.marks = sorted(marks, key=self._key)  # (stable: bookmarks to one place stay in the outline's order)
-        self.keys = [self._key(mark) for mark in self.marks]
+        self.marks = marks
+        self.keys: list[tuple[int, int, float, int]] = []  # each bookmark's place in reading order (``place``)
+        self.placed: list[Bookmark] = []  # the bookmarks in that order
 
-    @staticmethod
-    def _key(mark: Bookmark) -> tuple[int, float]:
-        return mark.page, -(math.inf if mark.top is None else mark.top)
+    def place(self, pages: Sequence[Sequence[Block]]) -> None:
+        """Places each bookmark at the paragraph its view lands on (``_Landings``), in the reading order of the
+        document's ``pages`` (each its paragraphs in reading order): on a page of two columns, a bookmark to the top
+        of the right one (its section's heading) heads none of the left one's paragraphs, read before it (each took
+        the right column's section where it lay lower on the page)."""
+        landings = {page: _Landings(pages[page - 1]) for page in {mark.page for mark in self.marks}
+                    if page <= len(pages)}
+        keyed = sorted(((mark.page, landings[mark.page].at(mark) if mark.page in landings else 0,
+                         -(math.inf if mark.top is None else mark.top), order), mark)
+                       for order, mark in enumerate(self.marks))
+        self.keys, self.placed = [key for key, _ in keyed], [mark for _, mark in keyed]
 
-    def section(self, page: int, top: float, size: float) -> str | None:
-        """The section of a paragraph whose first line is on ``page`` (1-based) with its top at ``top`` and type of
-        ``size`` (points): the path of the last bookmark that leads above it or to its line (a view that starts up
-        to a line below a heading's top still shows it), " > " apart; None before the first."""
-        at = bisect.bisect_right(self.keys, (page, -(top - size)))
-        return " > ".join(self.marks[at - 1].path) if at else None
+    def section(self, page: int, index: int) -> str | None:
+        """The section of the paragraph ``index`` (its place in its page's reading order; the number of the page's
+        paragraphs for what follows them) on ``page`` (1-based): the path of the last bookmark placed at it or
+        before it (``place``), " > " apart; None before the first."""
+        at = bisect.bisect_right(self.keys, (page, index, math.inf, math.inf))
+        return " > ".join(self.placed[at - 1].path) if at else None
+
+
+# the left edges of views on one page that choose a column (``_Landings``): past these, a view's left edge is passed
+# over (a page has a few columns; a hostile file's thousands of bookmarks, each at its own edge, would each cost a
+# pass over the page's paragraphs)
+MAX_COLUMN_EDGES = 16
+
+
+class _Landings:
+    """Where on a page (its paragraphs, ``blocks``, in reading order) a bookmark's view lands (``at``), found in time
+    logarithmic in its paragraphs: their tops (less a line, as a view that starts up to a line below a paragraph's
+    top still shows it) in order, with the first paragraph read among those under each; the paragraphs by their text
+    and first line; and, for each left edge views give (to ``MAX_COLUMN_EDGES``), the same tops of the paragraphs
+    whose column it lies in."""
+
+    def __init__(self, blocks: Sequence[Block]) -> None:
+        self.blocks = blocks
+        self.count = len(blocks)
+        self.tops, self.first = self._under(range(len(blocks)))
+        self.titled: dict[str, list[int]] = {}
+        for i, block in enumerate(blocks):
+            text = block.text.strip()
+            for said in {" ".join(text.split()).casefold(), " ".join(text.split("\n", 1)[0].split()).casefold()}:
+                self.titled.setdefault(said, []).append(i)
+        self.columns: dict[float, tuple[list[float], list[int]]] = {}
+
+    def _under(self, indices: Iterable[int]) -> tuple[list[float], list[int]]:
+        """The paragraphs' tops, less a line, in order, and the first paragraph read among those up to each."""
+        placed = sorted((self.blocks[i].y1 - self.blocks[i].size, i) for i in indices)
+        first = list(itertools.accumulate((i for _, i in placed), min))
+        return [top for top, _ in placed], first
+
+    def at(self, mark: Bookmark) -> int:
+        """The index of the paragraph a bookmark's view lands on, among those at or under its top (all of the page's
+        where it gives none): the first that is the bookmark's title (its heading: the whole paragraph or its first
+        line), else the first read in the column its view's left edge lies in, else the first read; after the page's
+        paragraphs where none is under it."""
+        top = math.inf if mark.top is None else mark.top
+        for i in self.titled.get(" ".join(mark.path[-1].split()).casefold(), []):
+            if self.blocks[i].y1 - self.blocks[i].size <= top:
+                return i
+        left = mark.left
+        if left is not None and (left in self.columns or len(self.columns) < MAX_COLUMN_EDGES):
+            if left not in self.columns:
+                self.columns[left] = self._under(i for i, b in enumerate(self.blocks) if b.x0 - b.size <= left <= b.x1)
+            tops, first = self.columns[left]
+            if under := bisect.bisect_right(tops, top):
+                return first[under - 1]
+        under = bisect.bisect_right(self.tops, top)
+        return self.first[under - 1] if under else self.count

@@ -1873,3 +1873,49 @@ def test_a_timeline_s_line_on_the_text_is_read_and_a_drawing_set_s_page_and_shee
              for n, body in enumerate(bodies, start=1)]
     assert extract_pdf(lines_pdf(tmp_path / "timeline.pdf", pages)).paragraphs == [
         part for n, body in enumerate(bodies, start=1) for part in (f"In {1900 + n} the harbour froze.", text_of(body))]
+
+
+def test_each_column_s_paragraphs_fall_in_the_section_of_the_bookmarks_read_before_them(tmp_path):
+    """On a page of two columns, a bookmark to the right column's heading was taken to head every paragraph below
+    its height on the page, the left column's (read before it) too: they all fell in the right column's section.
+    A bookmark heads the paragraphs read from the one its view lands on: its heading (a paragraph of its title), else
+    the first in the column its view's left edge lies in."""
+    pdf = fpdf.FPDF(format="A4")
+    pdf.set_font("helvetica", size=10)
+    pdf.add_page()
+    for x, heading, lines in ((20, "1 Harbours", A + D), (110, "2 Lighthouses", C + E)):
+        pdf.set_xy(x, 20)
+        pdf.start_section(heading)
+        pdf.text(x, 25, heading)
+        for k, line in enumerate(lines):
+            pdf.text(x, 35 + 5 * k, line)
+    pdf.output(str(tmp_path / "columns.pdf"))
+    extracted = extract_pdf(tmp_path / "columns.pdf")
+    assert list(zip(extracted.paragraphs, [m.get("section") for m in extracted.paragraph_meta], strict=True)) == [
+        ("1 Harbours", "1 Harbours"), (text_of(A + D), "1 Harbours"),
+        ("2 Lighthouses", "2 Lighthouses"), (text_of(C + E), "2 Lighthouses")]
+    left, right = (b" ".join(b"(%s) Tj 0 -14 Td" % line.encode() for line in lines) for lines in (A + D, C + E))
+    content = b"BT /F1 10 Tf 57 700 Td %s ET BT /F1 10 Tf 312 700 Td %s ET" % (left, right)
+    path = pdf_of_objects(tmp_path / "edges.pdf", [
+        b"<< /Type /Catalog /Pages 2 0 R /Outlines 6 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Type /Outlines /First 7 0 R >>",
+        b"<< /Title (Ports) /Dest [3 0 R /XYZ 57 712 0] /Next 8 0 R >>",
+        b"<< /Title (Lights) /Dest [3 0 R /XYZ 312 712 0] >>"])
+    assert [m.get("section") for m in extract_pdf(path).paragraph_meta] == ["Ports", "Lights"]
+
+
+def test_thousands_of_bookmarks_on_a_page_of_thousands_of_lines_are_placed_in_bounded_time():
+    from spanseek.indexer.pdf_blocks import Block
+    from spanseek.indexer.pdf_outline import Bookmark, Outline
+
+    blocks = [Block(f"line {i}\n", 50, 10_000 - 2 * i, 300, 10_010 - 2 * i, 10, "") for i in range(5000)]
+    outline = Outline([Bookmark((f"Part {n}",), 1, 10_000 - n, 60.0 + n) for n in range(10_000)])
+    start = time.process_time()
+    outline.place([blocks])
+    assert time.process_time() - start < 1.0  # (some 0.06 s; each bookmark scanning the page took 13 s)
+    # (block i's top, less a line, is 10,000 - 2i: Part 9999, at 1, is under the last)
+    assert outline.section(1, 0) == "Part 0" and outline.section(1, 4999) == "Part 9998"
