@@ -67,8 +67,8 @@ def running(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[set[i
     "Vessel 65 1065"), or the lines of a log, differ in their numbers otherwise: they are text. A number that goes up
     with the pages may be the page's or the text's ("In 1903 the harbour froze" on page 3, "In 1904 ..." on page 4:
     a timeline's), however many there are ("Page 3 (sheet 5)", a court filing's "Page 3 of 40 PageID #: 563"): such
-    a line is a head only where it is set as one, apart from the text in type no larger than the body's
-    (``_set_as_head``), and the page's outermost line or on one that is (``_at_edge``).
+    a line is a head only where it is set as one on most of its pages, apart from the text in type no larger than
+    the body's (``_set_as_head``), and on each the page's outermost line or on one that is (``_at_edge``).
 
     Heads that take turns in one place, in type no larger than the body's and apart from the text, are found together
     (``_slots``): where two heads or more (words and numbers) each repeat on two pages or more in one place (a book's
@@ -105,11 +105,12 @@ def running(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[set[i
         # whichever leaves more blocks repeating (chapter numbers 1, 1, 2, 3, 3 are values, not offsets 1, 0, 0, 0, -1)
         by_page = [_repeating(n[j] - page for page, _, n, _ in placed) > _repeating(n[j] for _, _, n, _ in placed)
                    for j in range(len(placed[0][2]))]
-        if any(by_page):  # a number that goes up with the pages: the page's, or a date of the text's ("In 1901 the
-            # harbour froze" on page 1, "In 1902 ..." on page 2): only where the line is set as a head is, it is one
-            placed = [m for m in placed if _set_as_head(pages[m[0]][0], m[1], pages[m[0]][1], pages[m[0]][2], body)]
-            if len({page for page, *_ in placed}) < 2:
-                continue
+        # a number that goes up with the pages: the page's, or a date of the text's ("In 1901 the harbour froze" on
+        # page 1, "In 1902 ..." on page 2): the line is a head where it is set as one on most of its pages (on a page
+        # whose text runs down to it, a table's, it still is)
+        if any(by_page) and 2 * sum(_set_as_head(pages[page][0], i, pages[page][1], pages[page][2], body)
+                                    for page, i, *_ in placed) < len(placed):
+            continue
         keys: dict[tuple[int, ...], list[tuple[int, int]]] = {}
         for page, i, numbers, _ in placed:
             key = tuple(n - page if tracks else n for n, tracks in zip(numbers, by_page, strict=True))

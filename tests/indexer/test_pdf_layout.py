@@ -195,6 +195,15 @@ def test_a_margin_line_whose_numbers_go_up_with_the_pages_is_a_head_only_where_i
     assert found == [[line.format(n=n, m=n + 2, y=1900 + n)] if set_as == "head" else [] for n in range(1, 6)]
 
 
+def test_a_footer_set_as_one_on_most_pages_goes_on_a_page_whose_text_runs_down_to_it():
+    """A footer whose page number goes up with the pages, apart from the text on most of its pages, is a footer on
+    the page where a table's rows run down to just above it too."""
+    prose = "The text of the page about the {0}, in the type most of the document is set in. " * 3
+    pages = [[margin(prose.format(topic), top=600 if n < 4 else 52), margin(f"Annual Report 2023 | {n}", top=40)]
+             for n, topic in enumerate(["harbour", "quay", "pier", "dock"], start=1)]
+    assert running_texts(pages) == [[f"Annual Report 2023 | {n}"] for n in range(1, 5)]
+
+
 def test_a_literal_hash_sign_or_a_very_long_number_in_a_margin_does_not_stop_the_reading():
     """"Form #" on one page and "Form 2" on the next read alike once numbers are "#"; they were one group, and the
     page with fewer numbers failed the whole file (zip() of unequal lengths). A number of more than 4,300 digits
