@@ -93,7 +93,8 @@ def running(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[set[i
             inset = top - block.y1 if edge == "top" else block.y0 - bottom
             groups.setdefault((edge, round(block.size), words, len(numbers)), []).append((page, i, numbers, inset))
     found: list[set[int]] = [set() for _ in pages]
-    sure: list[set[int]] = [set() for _ in pages]  # of those, the heads on ``RUNNING_PAGES`` pages or more
+    sure: list[set[int]] = [set() for _ in pages]  # of those, the heads on ``RUNNING_PAGES`` pages or more (but
+    # those with a number that goes up with the pages: ``_set_as_head``)
     # the blocks whose words and numbers repeat on two pages or more -> which repeat (their group's words, their key)
     repeated: dict[tuple[int, int], tuple[str, tuple[int, ...]]] = {}
     for (_, size, words, _), members in groups.items():
@@ -144,8 +145,8 @@ def _set_as_head(blocks: Sequence[Block], i: int, bottom: float, top: float, bod
     """Whether a margin's line (``blocks[i]``, on a page of those blocks and edges) is set as a running head is, rather
     than as the page's text: in type no larger than the body's (``body``; a year set large at the top of each page of
     a chronicle is its heading) and apart from the text (``_apart``: a line a paragraph's spacing over the text under
-    it is the text's first). (Whether it is the page's outermost line is asked of every head found on too few pages
-    to be sure: ``_at_edge``.)"""
+    it is the text's first). (Whether it is the page's outermost line, ``_at_edge`` asks of it on each page: a head
+    with such a number is never sure.)"""
     block = blocks[i]
     edge = margin_edge(block, bottom, top)
     return round(block.size) <= body and edge is not None and _apart(blocks, block, edge)
