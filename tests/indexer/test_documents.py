@@ -206,36 +206,34 @@ def pdf_of_objects(path: Path, objects: list[bytes], info: int | None = None) ->
     return path
 
 
-def test_a_pdf_title_held_in_another_object_is_the_title(tmp_path):
+def _titled_pdf(path: Path, info: list[bytes]) -> Path:
+    """A one-page PDF whose info dictionary is ``info``'s first object (object 6), the others after it."""
     text = b"BT /F1 12 Tf 72 700 Td (The castle was built in 1250.) Tj ET"
-    path = pdf_of_objects(tmp_path / "ref.pdf", [
+    return pdf_of_objects(path, [
         b"<< /Type /Catalog /Pages 2 0 R >>",
         b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
         b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
         b"/Resources << /Font << /F1 5 0 R >> >> >>",
         b"<< /Length %d >>\nstream\n%s\nendstream" % (len(text), text),
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-        b"<< /Title 7 0 R >>",  # the info: its title a reference, as many PDF writers store it
-        b"(A History of the Castle)",
+        *info,
     ], info=6)
+
+
+def test_a_pdf_title_held_in_another_object_is_the_title(tmp_path):
+    path = _titled_pdf(tmp_path / "ref.pdf", [
+        b"<< /Title 7 0 R >>",  # the info: its title a reference, as many PDF writers store it
+        b"(A History of the Castle)"])
     doc = passages_of(path, tmp_path)
     assert doc.title == "A History of the Castle" and doc.paragraphs == ("The castle was built in 1250.",)
 
 
-@pytest.mark.parametrize("title", [b"(\xef\xbb\xbfBurg Kl\xc3\xa4ngen)", b"<fffe420075007200670020004b006c00e4006e00670065006e00>"])
+@pytest.mark.parametrize("title", [b"(\xef\xbb\xbfBurg Kl\xc3\xa4ngen)",
+                                   b"<fffe420075007200670020004b006c00e4006e00670065006e00>"])
 def test_a_pdf_title_in_utf_8_or_utf_16le_with_its_mark_reads_as_written(tmp_path, title):
     """A title property in UTF-8 (PDF 2.0) or UTF-16LE with their byte-order marks read as PDFDocEncoding:
     "\u00ef\u00bb\u00bfBurg Kl\u00c3\u00a4ngen"."""
-    text = b"BT /F1 12 Tf 72 700 Td (The castle was built in 1250.) Tj ET"
-    path = pdf_of_objects(tmp_path / "titled.pdf", [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-        b"/Resources << /Font << /F1 5 0 R >> >> >>",
-        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(text), text),
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-        b"<< /Title %s >>" % title,
-    ], info=6)
+    path = _titled_pdf(tmp_path / "titled.pdf", [b"<< /Title %s >>" % title])
     assert passages_of(path, tmp_path).title == "Burg Kl\u00e4ngen"
 
 
