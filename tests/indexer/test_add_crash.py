@@ -26,34 +26,18 @@ from spanseek.indexer.add import add_documents
 from spanseek.indexer.build import BuildOptions, build_index
 from spanseek.indexer.verify import verify_index
 from tests.conftest import make_corpus
+from tests.kill_step import KILL_AT
 
 OPTS = BuildOptions(factory="IVF4,SQ8", shard_passages=3, progress=False, precision="fp32", gpu=False)
 
 # The child: patch one step so that it kills the process (before or after the real step runs), then add (or, given
 # a last argument, upsert or compact: tests/indexer/test_lifecycle.py). The step is its n-th call, or (n not a
 # number) the call with an argument ending in n; with journal_only, only calls made while the journal exists count.
-CHILD = r"""
-import importlib, os, signal, sys
+CHILD = KILL_AT + r"""
+import sys
 from pathlib import Path
 index, corpus, model, target, n, when, journal_only = sys.argv[1:8]
-module_name, attr = target.rsplit(":", 1)
-owner = importlib.import_module(module_name)
-for part in attr.split(".")[:-1]:
-    owner = getattr(owner, part)
-name = attr.split(".")[-1]
-real, calls = getattr(owner, name), [0]
-def step(*args, **kwargs):
-    if journal_only == "1" and not (Path(index) / "add.journal.json").exists():
-        return real(*args, **kwargs)
-    calls[0] += 1
-    hit = calls[0] == int(n) if n.isdigit() else any(str(a).endswith(n) for a in args)
-    if hit and when == "before":
-        os.kill(os.getpid(), signal.SIGKILL)
-    out = real(*args, **kwargs)
-    if hit and when == "after":
-        os.kill(os.getpid(), signal.SIGKILL)
-    return out
-setattr(owner, name, step)
+kill_at(target, n, when, lambda: journal_only != "1" or (Path(index) / "add.journal.json").exists())
 from spanseek.indexer.add import add_documents, upsert_documents
 from spanseek.indexer.build import BuildOptions
 from spanseek.indexer.lifecycle import compact_index

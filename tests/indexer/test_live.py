@@ -26,14 +26,6 @@ def doc(d: dict) -> Document:
     return out
 
 
-@pytest.fixture(scope="module")
-def encoder(tiny_model_dir):
-    from spanseek.core.model import load_model
-    from spanseek.indexer.live import DocumentEncoder
-
-    return DocumentEncoder(load_model(tiny_model_dir), None, precision="fp32", chunk_tokens=40)
-
-
 def open_store(live_dir: Path, index: Path, encoder, searcher, published: list):
     from spanseek.core.segment import searcher_over
     from spanseek.indexer.live import LiveStore
