@@ -1089,3 +1089,45 @@ def test_a_merge_holds_the_base_it_merged_away_no_longer_once_its_snapshot_is_se
     assert store.merge(BuildOptions(shard_passages=7, progress=False, precision="fp32")) is not None
     store.close()
     assert held_at_end == [False]
+
+
+def test_writes_go_on_while_a_merge_makes_its_new_base_s_bm25_term_tables(tmp_path, tiny_index, tiny_searcher,
+                                                                          encoder, tiny_model_dir, monkeypatch):
+    """The new base's BM25 term tables (every passage tokenised: 18 s of CPU at 100,000 passages) are made before the
+    merge takes the store's lock: a write made meanwhile returns at once (it waited for them), and is served over
+    the new base once the merge is done, as a build of the live documents holds it."""
+    import threading
+
+    from spanseek.core.live_lexical import BaseTerms
+    from spanseek.indexer.build import BuildOptions
+
+    published: list = []
+    store = open_store(tmp_path / "live", tiny_index, encoder, tiny_searcher, published)
+    upsert(store, encoder, [{**make_corpus(seed=1, n_docs=1)[0], "id": "n0"}])
+    store.model = tiny_model_dir
+    making, release = threading.Event(), threading.Event()
+    real = BaseTerms.of.__func__
+
+    def slow(cls, index):
+        making.set()
+        assert release.wait(60)
+        return real(cls, index)
+
+    monkeypatch.setattr(BaseTerms, "of", classmethod(slow))
+    merged: list = []
+    merge = threading.Thread(target=lambda: merged.append(store.merge(BuildOptions(shard_passages=7, progress=False,
+                                                                                   precision="fp32"))))
+    merge.start()
+    try:
+        assert making.wait(60)
+        wrote = threading.Thread(target=store.delete, args=(["d0"],))
+        wrote.start()
+        wrote.join(10)
+        assert not wrote.is_alive(), "a write waited for the new base's BM25 term tables"
+    finally:
+        release.set()
+        merge.join(60)
+    assert merged[0]["documents"] == 1
+    assert store.get("d0") is None and store.describe()["tombstones"] == 1 and store.get("n0") is not None
+    assert "d0" not in {h.doc_id for hits in published[-1].search(QUESTIONS, SearchParams("doc", 6)) for h in hits}
+    store.close()
