@@ -115,6 +115,43 @@ def test_pages_continue_the_first_page_s_ranking_across_writes(write_settings, u
         assert ranking_of(client, unit, body, 6) != want  # the writes are searched
 
 
+@pytest.mark.slow  # (a merge: 10 s on 2 busy cores)
+def test_each_page_continues_the_first_page_s_ranking_whatever_changes_before_it(write_settings):
+    """A page of each unit's ranking after each change of the index: a document written that ranks first, the first
+    written document replaced (every segment row after it moves), one of the ranking's documents deleted, the segment
+    merged into a new base (the base the first pages were searched on let go); each page is the next of its first
+    page's ranking."""
+    with serving(create_app(write_settings())) as client:
+        live = client.app.state.service.live
+        body = {"query": QUESTION, "top_k": 1, "rank_window": 6, "mode": "hybrid"}
+        write = {"id": "new-1", "title": "Harbour", "paragraphs": [f"{QUESTION} In 1450 Gala built the harbour bridge."]}
+        assert client.put("/documents", headers=KEY, json={"documents": [write]}).status_code == 200
+        units = ("phrase", "passage", "doc")
+        want = {unit: ranking_of(client, unit, body, 6) for unit in units}
+        pages: dict[str, list] = {unit: [] for unit in units}
+        cursors = {}
+        for unit in units:
+            first = client.post(f"/search?unit={unit}", headers=KEY, json=body).json()["results"][0]
+            pages[unit].append(first["hits"])
+            cursors[unit] = first["next"]
+        changes = [lambda: client.put("/documents", headers=KEY, json={"documents": [{**write, "id": "new-2"}]}),
+                   lambda: client.put("/documents", headers=KEY, json={"documents": [{**write, "title": "Again"}]}),
+                   lambda: client.delete(f"/documents/{want['doc'][-1]['doc_id']}", headers=KEY),
+                   lambda: client.post("/admin/compact", headers=KEY)]
+        for change in changes:
+            assert change().status_code in (200, 202)
+            if live.merge_thread is not None:
+                live.merge_thread.join(120)
+            for unit in units:
+                page = client.post("/search", headers=KEY, json={"cursor": cursors[unit]}).json()["results"][0]
+                pages[unit].append(page["hits"])
+                cursors[unit] = page["next"]
+        assert live.store.state["merges"] == 1
+        for unit in units:
+            assert [h for page in pages[unit] for h in page] == want[unit][:len(changes) + 1], unit
+        assert ranking_of(client, "doc", body, 6) != want["doc"]  # the changes are searched
+
+
 @pytest.mark.slow  # (an index built to reload to: 2-3 s)
 def test_pages_continue_the_first_page_s_ranking_across_a_reload(settings_for, tmp_path, tiny_model_dir):
     other = tmp_path / "corpus.jsonl"
