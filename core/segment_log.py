@@ -23,8 +23,9 @@ reading them need no lock. A merge starts a new base, and the parts go with the 
 (``segment_columns``: the segment's token map, its passages' documents and token runs, its kept tokens' ids; its
 float16 vectors and fine-store codes, at the first read), in write order, in buffers that grow by doubling: a snapshot
 reads a view of their first rows, so a write makes its own document's rows only (each write joined every segment
-document's). A snapshot whose segment lost documents (the held ones that stay first) copies the rows of those that
-stay into new buffers in one pass, renumbered (``AppendedRows.of``); one whose segment differs otherwise makes the
+document's). A snapshot whose segment lost documents (the held ones that stay first, the first written among those
+lost or not) copies the rows of those that stay into new buffers, a slice a run of them, renumbered
+(``AppendedRows.of``); one whose segment differs otherwise makes the
 rows from the first that differs on again, in one pass over those documents; an
 older snapshot made after a newer one reads the first rows of the newer one's buffers.
 """
@@ -309,19 +310,21 @@ class AppendedRows:
         self.buffers: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
 
-    def of(self, segment: Sequence[Any], rows: RowsOf, numbered: Mapping[str, str] | None = None
-           ) -> dict[str, np.ndarray]:
+    def of(self, segment: Sequence[Any], rows: RowsOf, numbered: Mapping[str, str] | None = None,
+           head: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """Each column's rows of ``segment``'s documents, in order (views of the buffers), those of the documents
-        not held made by ``rows`` in one run (given at each call, as ``SegmentChunks.of``'s ``build``). Where held
+        not held made by ``rows`` in one run (given at each call, as ``SegmentChunks.of``'s ``build``), after the
+        column's ``head`` rows (those before every document's: the 0 a column of run ends starts from). Where held
         documents left (deleted, or replaced: the new version comes after the held ones) and some after them stay,
         new buffers hold the rows of those that stay, copied (where only the last-written ones left, those before them
         are not looked up again), each column's numbers less what the documents gone before a row took
         (``numbered``: a column's numbers count the rows of that column, or ``DOCUMENTS``; the others are not
         numbers): a pass over the buffers, not the documents' rows made again (22-29 ms a snapshot at 5,000 written
-        documents, with the runs of parts after it built again)."""
+        documents, with the runs of parts after it built again), the first written document's leaving too (the
+        head is no document's: the rows of every document after it were made again)."""
         with self._lock:
             same = held_prefix(self.docs, segment)
-            alive = staying(self.docs, segment, same) if same < len(self.docs) and same else None
+            alive = staying(self.docs, segment, same) if same < len(self.docs) else None
             if alive is not None and alive[same:].any():  # (held documents after the first that left stay)
                 self._keep(alive, numbered or {})
             elif same < len(self.docs) and same < len(segment):  # a document left: new buffers from it on
@@ -333,15 +336,18 @@ class AppendedRows:
             if new:
                 made = rows(new, len(self.docs), {name: ends[-1] for name, ends in self.ends.items()})
                 for name, (joined, counts) in made.items():
-                    ends = self.ends.setdefault(name, [0] * (len(self.docs) + 1))
+                    if name not in self.ends:  # the column's first rows: after its head
+                        first = (head or {}).get(name, joined[:0])
+                        self._put(name, 0, first.astype(joined.dtype))
+                        self.ends[name] = [len(first)] * (len(self.docs) + 1)
+                    ends = self.ends[name]
                     self._put(name, ends[-1], joined)
                     ends.extend((ends[-1] + np.cumsum(counts, dtype=np.int64)).tolist())
                 self.docs.extend(new)
             return {name: buf[:self.ends[name][len(segment)]] for name, buf in self.buffers.items()}
 
     def _keep(self, alive: np.ndarray, numbered: Mapping[str, str]) -> None:
-        """Keep the rows of the held documents ``alive`` marks, in new buffers (``of``); the first one stays (the
-        rows a column starts from are counted with it)."""
+        """Keep each column's head and the rows of the held documents ``alive`` marks, in new buffers (``of``)."""
         counts: dict[str, np.ndarray] = {name: np.diff(np.asarray(ends, np.int64)).astype(np.int64)
                                          for name, ends in self.ends.items()}
 
@@ -351,12 +357,14 @@ class AppendedRows:
             return (np.cumsum(gone) - gone)[alive]
 
         for name, buf in list(self.buffers.items()):
-            kept = buf[:self.ends[name][-1]][np.repeat(alive, counts[name])]
+            first = self.ends[name][0]  # (the head's rows)
+            keep = np.repeat(alive, counts[name])
+            out = self.buffers[name] = np.empty((max(2 * (first + int(keep.sum())), 64), *buf.shape[1:]), buf.dtype)
+            out[:first] = buf[:first]
+            at = first + copy_kept(buf[first:], keep, out[first:])
             if name in numbered:
-                kept -= np.repeat(gone_before(numbered[name]), counts[name][alive]).astype(kept.dtype)
-            self.buffers[name] = np.empty((max(2 * len(kept), 64), *kept.shape[1:]), kept.dtype)
-            self.buffers[name][:len(kept)] = kept
-        self.ends = {name: np.r_[0, np.cumsum(c[alive])].tolist() for name, c in counts.items()}
+                out[first:at] -= np.repeat(gone_before(numbered[name]), counts[name][alive]).astype(buf.dtype)
+        self.ends = {name: (self.ends[name][0] + np.r_[0, np.cumsum(c[alive])]).tolist() for name, c in counts.items()}
         self.docs = list(itertools.compress(self.docs, alive.tolist()))
 
     def _put(self, name: str, at: int, rows: np.ndarray) -> None:
@@ -371,6 +379,19 @@ class AppendedRows:
 
 DOCUMENTS = ""
 """A numbered column's unit (``AppendedRows.of``) where its numbers count documents."""
+
+
+def copy_kept(rows: np.ndarray, keep: np.ndarray, out: np.ndarray) -> int:
+    """Copy the ``rows`` that ``keep`` ((n,) bool over the first n) marks to the start of ``out``, in order, a slice a
+    run of them; returns how many. One copy of the rows: a gather by the mask, then its copy into ``out``, copied them
+    twice (a deep replace in a segment of 1,000 documents of 143 tokens copied 110 MB of half-precision vectors into
+    a temporary array first, more than making them again from the documents took)."""
+    edges = np.flatnonzero(np.diff(np.r_[0, keep.view(np.int8), 0]))  # where each run of kept rows starts and stops
+    at = 0
+    for a, b in zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True):
+        out[at:at + b - a] = rows[a:b]
+        at += b - a
+    return at
 
 
 def held_prefix(held: Sequence[Any], segment: Sequence[Any]) -> int:
@@ -456,8 +477,8 @@ class SegmentRecords(_Records):
 def _token_rows(base: PhraseIndex) -> RowsOf:
     """What a run of written documents adds to its snapshots' token map, passages and kept tokens over ``base``
     (``RowsOf``): the segment's own (numbered from 0: ``token_passage``, ``token_offsets``, ``token_flags``,
-    ``passage_tokens``, ``passage_starts``; the last two with the 0 they start from, given by the segment's first
-    document) and the snapshot's (numbered after the base's: ``live_*``, ``kept_ids``)."""
+    ``passage_tokens``, ``passage_starts``; the last two after the 0 they start from, ``_TOKEN_HEAD``) and the
+    snapshot's (numbered after the base's: ``live_*``, ``kept_ids``)."""
     n, p, d = len(base.token_passage), len(base.passages), len(base.docs)
 
     def rows(docs: Sequence[Any], before: int, used: dict[str, int]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -468,9 +489,6 @@ def _token_rows(base: PhraseIndex) -> RowsOf:
         doc_tokens = np.bincount(doc_of_passage, weights=ntokens, minlength=len(docs)).astype(np.int64)
         kept = np.concatenate([np.zeros(0, bool), *(doc.kept for doc in docs)])
         doc_kept = np.bincount(np.repeat(np.arange(len(docs)), doc_tokens)[kept], minlength=len(docs))
-        start = np.zeros(0 if before else 1, np.int64)  # the 0 the runs start from, counted with the first document
-        first = np.zeros(len(docs), np.int64)
-        first[:len(start)] = len(start)
         token_passage = np.repeat(np.arange(passages, passages + len(ntokens), dtype=np.int32), ntokens)
         ends = tokens + np.cumsum(ntokens)
         return {"token_passage": (token_passage, doc_tokens),
@@ -478,8 +496,8 @@ def _token_rows(base: PhraseIndex) -> RowsOf:
                     np.int32), doc_tokens),
                 "token_flags": (np.concatenate([np.zeros(0, np.uint8), *(doc.flags for doc in docs)]).astype(np.uint8),
                                 doc_tokens),
-                "passage_tokens": (np.r_[start, ends], of_doc + first),
-                "passage_starts": (np.r_[start, passages + np.cumsum(of_doc)], 1 + first),
+                "passage_tokens": (ends, of_doc),
+                "passage_starts": (passages + np.cumsum(of_doc), np.ones(len(docs), np.int64)),
                 "live_passage_doc": (d + before + doc_of_passage, of_doc),
                 "live_token_passage": ((token_passage + p).astype(base.token_passage.dtype), doc_tokens),
                 "live_passage_tokens": (n + ends, of_doc),
@@ -494,14 +512,17 @@ _TOKEN_NUMBERS = {"token_passage": "live_passage_doc", "passage_tokens": "token_
 """What ``_token_rows``' numbered columns count (``AppendedRows.of``): passages (a row of ``live_passage_doc`` each),
 tokens (of ``token_passage``) or documents."""
 
+_TOKEN_HEAD = {"passage_tokens": np.zeros(1, np.int64), "passage_starts": np.zeros(1, np.int64)}
+"""The rows ``_token_rows``' columns of run ends start from (``AppendedRows.of``'s ``head``): no document's."""
+
 
 def segment_columns(base: PhraseIndex, segment: Sequence[Any]) -> dict[str, np.ndarray]:
     """``_token_rows``' columns of ``segment``'s documents over ``base``: views of rows the base's snapshots share,
     each document's made once (``core.segment_log.AppendedRows``; a write joined the segment's token maps again)."""
     rows = _token_rows(base)
     if segment:
-        return appended_rows(base, "tokens", segment, rows, _TOKEN_NUMBERS)
-    return {name: col for name, (col, _) in rows((), 0, {}).items()}  # no rows, and the 0 the runs start from
+        return appended_rows(base, "tokens", segment, rows, _TOKEN_NUMBERS, _TOKEN_HEAD)
+    return {**{name: col for name, (col, _) in rows((), 0, {}).items()}, **_TOKEN_HEAD}  # no rows but the heads
 
 
 _MAKING = threading.Lock()
@@ -514,10 +535,11 @@ def segment_chunks(owner: Any, name: str, segment: Sequence[Any], build: Build[T
 
 
 def appended_rows(owner: Any, name: str, segment: Sequence[Any], rows: RowsOf,
-                  numbered: Mapping[str, str] | None = None) -> dict[str, np.ndarray]:
+                  numbered: Mapping[str, str] | None = None, head: Mapping[str, np.ndarray] | None = None
+                  ) -> dict[str, np.ndarray]:
     """``segment``'s rows from the ``AppendedRows`` ``name`` of the documents written over ``owner`` (a base), made at
-    the first call and kept on it (``numbered``: as ``AppendedRows.of``)."""
-    return _kept(owner, name, AppendedRows).of(segment, rows, numbered)
+    the first call and kept on it (``numbered``, ``head``: as ``AppendedRows.of``)."""
+    return _kept(owner, name, AppendedRows).of(segment, rows, numbered, head)
 
 
 def _kept(owner: Any, name: str, make: Callable[[], Any]) -> Any:

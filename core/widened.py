@@ -12,8 +12,8 @@ never change once written, so the snapshots reading them need no lock); an older
 one reads the first rows (a search still in flight on it restarted the buffer, copying every row held, and the next
 write's scan restarted it again: 100 ms a write at 5,000 documents of 12 tokens of 384 dimensions). A snapshot that no longer holds one of the
 buffer's documents (a segment document replaced or deleted) copies the float32 rows of those it still holds into a new
-buffer, widening only those not there. The product is the one the whole segment widened gave, bit for bit: the same
-float32 values, in one contiguous (S, d) matrix.
+buffer (a slice a run of them, ``core.segment_log.copy_kept``), widening only those not there. The product is the
+one the whole segment widened gave, bit for bit: the same float32 values, in one contiguous (S, d) matrix.
 
 Memory: the buffer holds 4 bytes a dimension of each segment token (twice its float16 vectors), with room to grow to
 twice that, and never more than ``WIDENED_BYTES``; a segment past it (``merge_tokens`` keeps a segment smaller: 200,000
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from spanseek.core.fine_store import as_float32
-from spanseek.core.segment_log import held_prefix, staying
+from spanseek.core.segment_log import copy_kept, held_prefix, staying
 
 WIDENED_BYTES = 512 << 20  # the most one base's widened segment rows take (float32, room to grow included)
 
@@ -84,12 +84,10 @@ class WidenedRows:
         self.buffer = np.empty((min(2 * total, self.max_rows), old.shape[1]), np.float32)
         if alive is not None:
             lengths = _lengths(self.docs)
-            rows = old[:self.used][np.repeat(alive, lengths)]
-            self.buffer[:len(rows)] = rows
+            self.used = copy_kept(old[:self.used], np.repeat(alive, lengths), self.buffer)
             self.docs = list(itertools.compress(self.docs, alive.tolist()))
             self.start = dict(zip(map(id, self.docs), (np.cumsum(lengths[alive]) - lengths[alive]).tolist(),
                                   strict=True))
-            self.used = len(rows)
             return
         kept = 0
         while kept < len(segment) and id(segment[kept]) in start:

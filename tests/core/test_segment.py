@@ -822,6 +822,69 @@ def test_a_write_builds_the_field_index_postings_and_token_map_of_about_its_own_
     assert live.fields.documents_of(SearchFilter.from_json({"meta": {"i": 299}})).tolist() == [False] * 349 + [True]
 
 
+def test_replacing_or_deleting_the_first_written_document_makes_no_other_document_s_rows(monkeypatch):
+    """A write that replaces the first written document (its new version comes last) makes the token map rows of
+    that version only, and one that deletes it makes none: the rows of the documents after it are kept, moved up
+    (each document of the segment had its rows made again); the snapshot's token map, passages and documents are
+    those of the segment's documents copied together."""
+    import spanseek.core.segment_log as segment_log
+
+    rng = random.Random(3)
+    base = memory_base([{"id": f"d{d}", "title": "t"} for d in range(20)], rng)
+    made, token_rows = [], segment_log._token_rows
+    monkeypatch.setattr(segment_log, "_token_rows", lambda base: lambda docs, *at: made.extend(docs) or token_rows(
+        base)(docs, *at))
+    template = empty_like(base.faiss)
+    segment = [encoded({"id": f"n{i}", "title": "n"}, rng) for i in range(40)]
+    LiveIndex(base, segment, np.zeros(0, np.int64), template, None)
+    for step in range(6):
+        made.clear()
+        if step % 2:
+            segment = segment[1:]
+        else:
+            segment = [*segment[1:], encoded({**segment[0].record, "title": f"again {step}"}, rng)]
+        live = LiveIndex(base, segment, np.zeros(0, np.int64), template, None)
+        assert made == ([] if step % 2 else [segment[-1]])
+        token_map_as_copied(live, base, segment)
+
+
+def test_a_deep_replace_copies_the_rows_that_stay_once():
+    """A segment document replaced deep in the segment: the widened rows and the appended rows of the documents that
+    stay are copied into the new buffer (room for twice them) a run at a time, with no temporary copy of them all
+    (a gather by a mask made one first: a peak of three times their bytes, where the buffer takes two); the rows are
+    those of the documents that stay, in order, and the new version's."""
+    import tracemalloc
+
+    from spanseek.core.segment_log import AppendedRows
+    from spanseek.core.widened import WidenedRows
+
+    class Written:  # (compared by identity, as a written document is)
+        def __init__(self, vectors: np.ndarray):
+            self.vectors = vectors
+
+    rng = np.random.default_rng(0)
+    docs = [Written(rng.standard_normal((500, 64)).astype(np.float16)) for _ in range(40)]
+    wide, appended = WidenedRows(64), AppendedRows()
+
+    def rows(segment, *_):
+        return {"v": (np.concatenate([d.vectors for d in segment]), np.asarray([len(d.vectors) for d in segment]))}
+
+    wide.rows_of(docs)
+    appended.of(docs, rows)
+    for at in (1, 0):  # deep in the segment, then its first document
+        docs = [*docs[:at], *docs[at + 1:], Written(docs[at].vectors.copy())]
+        whole = np.concatenate([d.vectors for d in docs])
+        for held, read in ((wide, wide.rows_of), (appended, lambda segment: appended.of(segment, rows)["v"])):
+            tracemalloc.start()
+            try:
+                got = read(docs)
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+            assert peak < 2.5 * got.nbytes, type(held).__name__
+            np.testing.assert_array_equal(got, whole.astype(got.dtype))
+
+
 def test_no_write_builds_a_run_longer_than_the_inline_run_itself(monkeypatch):
     """Over 520 writes one by one, no write builds the field index and BM25 postings of more than ``INLINE_RUN``
     documents itself (the write that filled a run of 256 or 512 built that whole run: a spike of 27 ms at 4,096
