@@ -269,12 +269,13 @@ def _index_operand(p: argparse.ArgumentParser) -> None:
 
 
 def _index_of(args: argparse.Namespace, checked: bool = True) -> str:
-    """The index given as ``INDEX`` or ``--index``; ``checked``: one given as ``--index`` that is no index directory
-    is refused naming the flag (``_index_dir``)."""
+    """The index given as ``INDEX`` or ``--index``: the operand stands for the flag, so the command does the same with
+    either; ``checked``: a path that is no index directory is refused here, named as ``--index PATH`` however it was
+    given (``_index_dir``; an operand was left to the command, which named it otherwise)."""
     if (args.index_dir is None) == (args.index is None):
         raise ValueError("give the index directory once: `INDEX` or `--index INDEX`" if args.index is None else
                          f"the index is given twice ({args.index_dir!r} and --index {args.index!r}): give it once")
-    return _index_dir(str(args.index_dir or args.index), "--index" if checked and args.index is not None else None)
+    return _index_dir(str(args.index_dir or args.index), "--index" if checked else None)
 
 
 def _verified_live_dir(flag: str | None, index: str) -> str | None:

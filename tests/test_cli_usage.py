@@ -232,6 +232,7 @@ FAILURES = [
     (["index", "verify", "{tmp}", "--live-dir", "{missing}"], "--live-dir {missing}: No such file or directory"),
     (["index", "export", "--index", "{missing}", "--out", "{tmp}/c.jsonl"], "--index {missing}: no such index directory"),
     (["index", "add-lexical", "--index", "{missing}"], "--index {missing}: no such index directory"),
+    (["index", "add-lexical", "{missing}"], "--index {missing}: no such index directory"),  # the operand as the flag
     (["index", "delete", "--index", "{tmp}"], "--ids"),
     (["index", "switch", "{tmp}/alias", "{missing}"], "{missing}"),
     (["search", "--index", "{missing}", "q"], "--index {missing}: no such index directory"),
@@ -289,6 +290,7 @@ WRONG_KIND = [
     (["index", "export", "--index", "{bad}", "--out", "{tmp}/e.jsonl"], "--index"),
     (["index", "snapshot", "--index", "{bad}", "--out", "{tmp}/snap"], "--index"),
     (["index", "add-lexical", "--index", "{bad}"], "--index"),
+    (["index", "add-lexical", "{bad}"], "--index"),
     (["search", "--index", "{bad}", "q"], "--index"),
     (["search", "--index", "{index}", "--read", "--reader", "{bad}", "q"], "--reader"),
     (["eval", "--questions", "{train}", "--index", "{bad}"], "--index"),
