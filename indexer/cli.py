@@ -20,6 +20,7 @@ from spanseek.indexer.options import (
     DEFAULT_READ_MEMORY,
     DEFAULT_READ_TIMEOUT_S,
     FOLLOW_LINKS_HELP,
+    PASSAGE_FIELDS_HELP,
     BuildOptions,
     EncodeOptions,
 )
@@ -523,11 +524,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                      "(.xlsx/.ods/.fods/.csv/.tsv) and directories (recursive) -> JSONL corpus, chunked into passages",
         description="Each file is one document: id = its path relative to the directory given (or --id-field), "
                     "title = front matter title / first heading / file name, meta = source path, front matter, "
-                    "HTML <meta> tags and --meta; PDF passages carry their page, PowerPoint and OpenDocument "
-                    "presentation passages their slide, EPUB passages their chapter, Word, OpenDocument, Markdown and "
-                    "HTML passages their heading path (section), spreadsheet passages (one a row) their sheet and "
-                    "row; table rows name their cells after the header row, "
-                    "code blocks keep their lines. "
+                    "HTML <meta> tags and --meta; table rows name their cells after the header row, code blocks "
+                    f"keep their lines. {PASSAGE_FIELDS_HELP} "
                     "Binary, non-UTF-8 and empty files, PDFs without a text layer (scanned), damaged PDF, Word, "
                     "PowerPoint, EPUB or OpenDocument files, DRM-protected e-books and old .doc, .ppt and .xls files (save "
                     "them as .docx, .pptx, .xlsx) are skipped with a warning naming them.")

@@ -96,3 +96,26 @@ DEFAULT_READ_MEMORY = 2 << 30
 DEFAULT_READ_TIMEOUT_S = 300.0
 FOLLOW_LINKS_HELP = ("also read the files that links in a folder lead to outside it (by default such a link is "
                      "skipped and named: one planted in a shared folder would read its target, ~/.ssh/id_rsa)")
+
+# What each file format gives each of its passages as its own metadata (``passage_meta``, which a ``passage`` filter
+# condition reads), by format (``indexer.ingest.FORMATS``' names), with the suffixes that name it in help texts: every
+# command that reads files says it (`corpus from-files --help`, `sync --help`), and docs/indexing.md's table of
+# passage fields lists the same.
+PASSAGE_FIELDS: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
+    (("pdf",), ("page", "page_end", "section"), "page (from 1), page_end (where its paragraph runs onto a later "
+     "page) and section (the bookmark path, in a PDF with bookmarks)"),
+    (("word", "opendocument", "rtf", "markdown", "html", "e-mail"), ("section",), "section (the heading path: "
+     "Install > Linux; an e-mail's from its HTML part)"),
+    (("powerpoint", "opendocument presentation"), ("slide", "section"), "slide (from 1) and section (the slide's "
+     "title)"),
+    (("epub",), ("chapter", "section"), "chapter (from 1, in reading order) and section (the heading path in it)"),
+    (("excel", "opendocument spreadsheet", "csv"), ("sheet", "row"), "sheet (its name; a CSV file's is the file's "
+     "name) and row (from 1, as the application numbers rows)"),
+    (("text",), (), "none"),
+)
+_SUFFIXES = {"pdf": ".pdf", "word": ".docx", "opendocument": ".odt", "markdown": ".md", "html": ".html",
+             "rtf": ".rtf", "e-mail": ".eml", "excel": ".xlsx", "opendocument spreadsheet": ".ods", "csv": ".csv",
+             "powerpoint": ".pptx", "opendocument presentation": ".odp", "epub": ".epub", "text": ".txt"}
+PASSAGE_FIELDS_HELP = "Passage fields (each passage's own metadata, which a `passage` filter condition reads): " + "; ".join(
+    f"{'/'.join(_SUFFIXES[f] for f in formats)} {'give' if len(formats) > 1 else 'gives'} {what}"
+    for formats, _, what in PASSAGE_FIELDS) + "."

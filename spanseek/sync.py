@@ -57,7 +57,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from spanseek.indexer.options import DEFAULT_READ_MEMORY, DEFAULT_READ_TIMEOUT_S, FOLLOW_LINKS_HELP
+from spanseek.indexer.options import (
+    DEFAULT_READ_MEMORY,
+    DEFAULT_READ_TIMEOUT_S,
+    FOLLOW_LINKS_HELP,
+    PASSAGE_FIELDS_HELP,
+)
 
 if TYPE_CHECKING:
     from spanseek.core.config import EncoderConfig
@@ -636,7 +641,7 @@ def _delete_stale(client: Any, source: str, kept: list[str], problems: list[tupl
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sync", help="make a running service's documents those of a folder's files",
-                       description=__doc__.split("\n\n")[0].replace("``", "`"))
+                       description=__doc__.split("\n\n")[0].replace("``", "`") + " " + PASSAGE_FIELDS_HELP)
     p.add_argument("paths", nargs="+", help="folders and files, as `spanseek corpus from-files` takes them")
     p.add_argument("--url", required=True, help="the service's base URL (http://host:8000)")
     p.add_argument("--api-key", default=None,

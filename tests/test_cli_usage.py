@@ -833,3 +833,31 @@ def test_python_dash_m_spanseek_cli_gives_sync_s_exit_status(tmp_path, monkeypat
     err = capsys.readouterr().err
     assert stop.value.code == 1, err
     assert err.strip().splitlines()[-1].startswith(f"spanseek sync: error: {url}: "), err
+
+
+@pytest.mark.parametrize("command", [["corpus", "from-files"], ["sync"]])
+def test_every_command_that_reads_files_says_which_passage_fields_each_format_gives(capsys, command):
+    """`corpus from-files --help` and `sync --help` name each format's passage fields (``PASSAGE_FIELDS``: every format
+    `from-files` reads has an entry), and docs/indexing.md's table lists the same fields for the same formats; the
+    help said nothing of a PDF's ``section`` and ``page_end`` nor of a deck's or an e-book's ``section``, and `sync`'s
+    nothing at all."""
+    from pathlib import Path
+
+    from spanseek.indexer.ingest import FORMATS
+    from spanseek.indexer.options import PASSAGE_FIELDS, PASSAGE_FIELDS_HELP
+
+    assert sorted(f for formats, _, _ in PASSAGE_FIELDS for f in formats) == sorted(set(FORMATS.values()))
+    with pytest.raises(SystemExit):
+        main([*command, "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert " ".join(PASSAGE_FIELDS_HELP.split()) in shown
+    docs = (Path(__file__).parents[1] / "docs" / "indexing.md").read_text(encoding="utf-8")
+    table = docs[docs.index("| format | passage fields |"):].split("\n\n")[0].splitlines()[2:]
+    rows = {}
+    for row in table:
+        formats_cell, fields_cell = row.strip("|").split("|")
+        formats = tuple(FORMATS[s] for s in formats_cell.split("`")[1::2])
+        rows[formats] = tuple(f for f in fields_cell.split("`")[1::2] if " " not in f)  # (not an example value)
+    assert rows == {formats: fields for formats, fields, _ in PASSAGE_FIELDS}
+    for formats, fields, _ in PASSAGE_FIELDS:  # and the help names each field
+        assert all(f in shown for f in fields), (formats, fields)
