@@ -55,8 +55,10 @@ import datetime as dt
 import json
 import logging
 import os
+import re
 import shutil
 import sys
+import tempfile
 import threading
 import zipfile
 from collections.abc import Callable, Iterator
@@ -279,9 +281,10 @@ def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def c_stdout_to(where: str = "stderr") -> Iterator[None]:
+def c_stdout_to(where: str | int = "stderr") -> Iterator[None]:
     """While inside, what C code prints on standard output (file descriptor 1: faiss's notes on on-disk lists) goes
-    to standard error (``where`` "stderr") or nowhere ("devnull"), not into a command's JSON output."""
+    to standard error (``where`` "stderr"), nowhere ("devnull") or into the open file descriptor ``where``, not into
+    a command's JSON output."""
     import ctypes
 
     def flush_c() -> None:  # C's own buffer goes where fd 1 points now
@@ -292,7 +295,7 @@ def c_stdout_to(where: str = "stderr") -> Iterator[None]:
         sys.stdout.flush()
         flush_c()
         saved = os.dup(1)
-        target = os.open(os.devnull, os.O_WRONLY) if where == "devnull" else 2
+        target = os.open(os.devnull, os.O_WRONLY) if where == "devnull" else where if isinstance(where, int) else 2
         try:
             os.dup2(target, 1)
             yield
@@ -300,8 +303,31 @@ def c_stdout_to(where: str = "stderr") -> Iterator[None]:
             flush_c()
             os.dup2(saved, 1)
             os.close(saved)
-            if target != 2:
+            if where == "devnull":
                 os.close(target)
+
+
+def read_faiss(path: Path, on_disk: bool = True) -> tuple[Any, str | None]:
+    """The faiss index at ``path``, and where its on-disk inverted lists were recorded (None without such lists;
+    ``on_disk`` False: an index the manifest says has none, whose standard output is left alone).
+
+    On-disk lists (``index build --on-disk``) are read from ``index.ivfdata`` beside ``path`` wherever the directory
+    lies now (``IO_FLAG_ONDISK_SAME_DIR``: moved, copied, mounted elsewhere), never from the place the index recorded,
+    and read-only (faiss opens them for writing by default, which a read-only mount or a copy owned by another user
+    refuses). faiss names the file it recorded on standard output at each open: that is read here, not printed."""
+    import faiss
+
+    flags = faiss.IO_FLAG_ONDISK_SAME_DIR | faiss.IO_FLAG_READ_ONLY
+    if not on_disk:
+        return faiss.read_index(str(path), flags), None
+    with tempfile.TemporaryFile() as said:
+        with c_stdout_to(said.fileno()):
+            index = faiss.read_index(str(path), flags)
+        said.seek(0)
+        note = said.read().decode("utf-8", "replace")
+    prefix = str(path)[: str(path).rfind("/") + 1]  # what faiss puts before the recorded file's name
+    recorded = re.search(rf"updating ondisk filename from (.*) to {re.escape(prefix)}[^/]*$", note, re.MULTILINE)
+    return index, recorded.group(1) if recorded else None
 
 
 _STDOUT_LOCK = threading.Lock()
@@ -483,8 +509,6 @@ class PhraseIndex:
 
     def __init__(self, index_dir: str | Path, mmap: bool = True, vector_source: str | None = None,
                  verify_checksums: bool = True):
-        import faiss
-
         self.dir = Path(index_dir)
         self.manifest = check_index(self.dir, contents=verify_checksums)
         mode: Literal["r"] | None = "r" if mmap else None
@@ -511,10 +535,10 @@ class PhraseIndex:
             raise IndexFormatError(f"{d}: index is incomplete ({FAISS_INDEX} missing); rebuild it")
         if self.manifest.faiss_params.get("on_disk") and not (d / IVFDATA).is_file():
             raise IndexFormatError(f"{d}: index is incomplete ({IVFDATA} missing); rebuild it")
-        # on-disk lists are found next to index.faiss wherever the directory was moved; faiss then says where it
-        # found them, on the process's standard output (which a command's JSON output holds), at every open: dropped
-        with c_stdout_to("devnull") if self.manifest.faiss_params.get("on_disk") else contextlib.nullcontext():
-            self.faiss = _read(d / FAISS_INDEX, lambda p: faiss.read_index(str(p), faiss.IO_FLAG_ONDISK_SAME_DIR))
+        # on-disk lists are read next to index.faiss wherever the directory lies; ``lists_recorded``: where the index
+        # file says they were (an index built before the build recorded the bare name: where it was built)
+        on_disk = bool(self.manifest.faiss_params.get("on_disk"))
+        self.faiss, self.lists_recorded = _read(d / FAISS_INDEX, lambda p: read_faiss(p, on_disk))
         tune_faiss(self.faiss.d)
         ivf = ivf_of(self.faiss)
         if (ivf is not None) != self.manifest.spec.is_ivf:

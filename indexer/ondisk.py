@@ -5,8 +5,9 @@ copies of it, each block written to ``ivf_blocks/`` when complete (a killed buil
 finished block, with the same trained index); then the blocks' lists are merged into one
 ``index.ivfdata`` (faiss ``OnDiskInvertedLists``, as faiss contrib's ``ondisk.merge_ondisk`` does) and the
 index keeps only its quantisers in memory. So the build's RAM is the training sample plus one block, not the
-corpus, and a searcher memory-maps the lists (``PhraseIndex`` reads the index with
-``IO_FLAG_ONDISK_SAME_DIR``, so the index directory can be moved).
+corpus, and a searcher memory-maps the lists, read-only, from beside ``index.faiss`` (``core.phrase_index.read_faiss``),
+so the index directory can be moved, copied or mounted read-only elsewhere; the index file records the lists' bare
+name, not the build's path.
 
 Fast-scan PQ (``PQ{M}x4fs``) packs its codes in blocks that on-disk lists cannot hold: use ``PQ{M}`` (8-bit) or
 SQ codes there.
@@ -117,6 +118,9 @@ def merge_blocks(index: Any, block_files: list[str], ivfdata: Path) -> None:
     on_disk = faiss.OnDiskInvertedLists(ivf.nlist, ivf.code_size, str(ivfdata))
     with c_stdout_to("stderr"):  # faiss reports the file's resizing there, before a command's JSON summary
         ntotal = on_disk.merge_from_multiple(lists.data(), lists.size(), False, False)
+    # the index file records the lists' bare name, not this path: a reader finds them beside it wherever the
+    # directory lies (``core.phrase_index.read_faiss``), and the build's path says nothing of where that is
+    on_disk.filename = ivfdata.name
     ivf.replace_invlists(on_disk, True)
     on_disk.this.disown()  # owned by the index now
     ivf.ntotal = index.ntotal = ntotal

@@ -18,6 +18,9 @@ measurement is repeated with its settings and must not fall more than ``RECALL_D
 The lexical (BM25) part, when present, must rank a sample of passage-text queries as a fresh BM25 of the passage
 store does; an index without one is reported as such (it serves dense search).
 
+An index with its inverted lists on disk reads them from ``index.ivfdata`` beside ``index.faiss``; where the index file
+records another place (built before it recorded the bare name, then moved or copied), a note says which is read.
+
 ``memory_per_token`` reports what a searcher holds in RAM (the faiss index, the in-RAM token maps and the
 passage store) and what stays on disk behind memory maps (fine store, codes, character offsets), per token.
 """
@@ -89,6 +92,16 @@ def memory_per_token(index: PhraseIndex) -> dict[str, Any]:
         "mapped_breakdown": {k: round(v / n, 2) for k, v in mapped.items()},
         "disk_bytes_per_token": round(disk / n, 2),
     }
+
+
+def lists_note(index: PhraseIndex) -> list[str]:
+    """Where an on-disk index's inverted lists are read from, where its index file records them elsewhere (an index
+    built before the bare name was recorded, moved or copied since): the lists beside ``index.faiss`` are read."""
+    recorded, read = index.lists_recorded, index.dir / phrase_index.IVFDATA
+    if recorded is None or "/" not in recorded or Path(recorded).resolve() == read.resolve():
+        return []
+    return [f"{read}: the inverted lists are read here, beside {phrase_index.FAISS_INDEX}; its build recorded them at "
+            f"{recorded}, which is not read (an index moved or copied reads its own lists; nothing to do)"]
 
 
 def recall_vs_exact(
@@ -276,6 +289,7 @@ def verify_index(
     live_problems: list[str] = []  # the index's recall is measured all the same: a damaged log is not its damage
     out["live"] = verify_live(index, Path(live_dir) if live_dir is not None else default_live_dir(index_dir),
                               live_problems)
+    notes += lists_note(index)
     if notes:
         out["notes"] = notes
     if not problems and m.indexed_tokens > 0:

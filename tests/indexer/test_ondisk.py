@@ -107,6 +107,46 @@ def test_on_disk_index_searches_like_the_in_memory_one(in_memory, on_disk, tmp_p
         moved.rename(on_disk)
 
 
+def _lists(index: PhraseIndex):
+    import faiss
+
+    return faiss.downcast_InvertedLists(faiss.extract_index_ivf(index.faiss).invlists)
+
+
+def test_an_on_disk_index_records_its_lists_by_name_and_reads_them_read_only(on_disk):
+    """The index file recorded the build's path of its lists (a copy elsewhere named the original's place), and a
+    searcher opened them for writing, which a read-only mount (a docker volume ``:ro``) refused as a damaged file."""
+    assert str(on_disk).encode() not in (on_disk / "index.faiss").read_bytes()
+    index = PhraseIndex(on_disk)
+    lists = _lists(index)
+    assert index.lists_recorded == IVFDATA and lists.filename == str(on_disk / IVFDATA) and lists.read_only
+
+
+def test_an_index_that_recorded_another_place_reads_its_own_lists_and_verify_says_so(on_disk, in_memory, tmp_path):
+    """An index whose file records its lists at the place it was built (as builds did), copied elsewhere while a
+    file stands at that place (the original, changed since): the copy's own lists are read, and `index verify` names
+    both."""
+    import faiss
+
+    from spanseek.core.phrase_index import Manifest
+
+    copy, decoy = shutil.copytree(on_disk, tmp_path / "copy"), tmp_path / "built" / IVFDATA
+    decoy.parent.mkdir()
+    decoy.write_bytes(bytes(len((on_disk / IVFDATA).read_bytes())))  # the same size, no codes
+    index = PhraseIndex(copy)
+    _lists(index).filename = str(decoy)
+    faiss.write_index(index.faiss, str(copy / "index.faiss"))
+    del index
+    Manifest.create(copy, Manifest.load(copy).to_dict()).write(copy)
+    assert str(decoy).encode() in (copy / "index.faiss").read_bytes()
+    moved = PhraseIndex(copy)
+    assert moved.lists_recorded == str(decoy) and _lists(moved).filename == str(copy / IVFDATA)
+    _same_search(PhraseIndex(in_memory), moved)
+    report = verify_index(copy, sample=50)
+    assert report["ok"], report["problems"]
+    assert [n for n in report["notes"] if str(decoy) in n and str(copy / IVFDATA) in n and "nothing to do" in n]
+
+
 def _dying_add():
     """``ondisk.add_vectors`` killed at the third block (two are finished), and the real one."""
     real_add, added = ondisk.add_vectors, []
