@@ -27,7 +27,7 @@ from safetensors import SafetensorError, safe_open
 
 from spanseek.core.evaluate import write_trained_questions
 from spanseek.core.integrity import fsync_path
-from spanseek.core.io import no_space
+from spanseek.core.io import atomic_path, no_space
 from spanseek.core.model import PhraseModel, damaged
 
 log = logging.getLogger(__name__)
@@ -86,18 +86,22 @@ def recover_checkpoint(out: Path, name: str = "last") -> None:
         point.rename(out / name)
 
 
-def save_snapshot(model: Any, out: Path, step: int, trained: tuple[list[str], str, str] | None = None) -> Path:
+CARD = "README.md"  # a checkpoint's model card (trainer.summary.model_card), as a bundled model has one
+
+
+def save_snapshot(model: Any, out: Path, step: int, trained: tuple[list[str], str, str] | None = None,
+                  card: str | None = None) -> Path:
     """Keep a copy of ``model`` (a phrase model or a reader) at ``step`` in OUT/snapshots/step-N, with the questions
-    it was ``trained`` on. A save that is stopped (a second Ctrl-C stops at once) or fails removes what it wrote of
-    the copy (step-N.tmp: ``core.io.atomic_dir``), which ``spanseek train average RUN/snapshots/step-*`` would take
-    for a snapshot."""
+    it was ``trained`` on and its model ``card`` (README.md: what it is, as OUT/last's says). A save that is stopped
+    (a second Ctrl-C stops at once) or fails removes what it wrote of the copy (step-N.tmp: ``core.io.atomic_dir``),
+    which ``spanseek train average RUN/snapshots/step-*`` would take for a snapshot."""
     path = model.save(out / "snapshots" / f"step-{step:06d}")
     if trained is not None:
         write_trained_questions(path, *trained)
+    if card is not None:
+        with atomic_path(path / CARD) as tmp:
+            tmp.write_text(card, encoding="utf-8")
     return path
-
-
-CARD = "README.md"  # a checkpoint's model card (trainer.summary.model_card), as a bundled model has one
 
 
 def save_checkpoint(model: PhraseModel, out: Path, name: str, state: dict | None,

@@ -103,6 +103,11 @@ def train_loop(
     progress = Progress(mode.name, total, step, cfg.progress and dist.is_main, before)
     order: list[list[int]] = []
     order_epoch = -1
+
+    def card(snapshot: bool = False) -> str:  # the model card of the step now, for OUT/last or a snapshot
+        return model_card(cfg, loop_summary(progress.run(), step, len(windows), questions, precision, str(device),
+                                            dist.world), total, snapshot)
+
     stopper = StopAfterStep(end, after_loop(out, bool(cfg.val_questions)))
     with stopper if not dist.enabled else contextlib.nullcontext(stopper) as stop:  # Ctrl-C: a clean stop
         while step < end:
@@ -124,13 +129,11 @@ def train_loop(
             stopping = stop.requested  # read once: the save below is the one the stop relies on
             if dist.is_main and (step % cfg.checkpoint_every == 0 or step == end or stopping):
                 saved = training_state(opt, sched, step, prebatch, device, progress.run())
-                card = model_card(cfg, loop_summary(progress.run(), step, len(windows), questions, precision,
-                                                    str(device), dist.world), total)
-                save_checkpoint(model, out, "last", saved | mode.state_dict(), trained, card)
+                save_checkpoint(model, out, "last", saved | mode.state_dict(), trained, card())
                 checkpoint_saved(out)
                 progress.saved(step, out / "last")
             if dist.is_main and cfg.snapshot_every and step % cfg.snapshot_every == 0:
-                save_snapshot(model, out, step, trained)
+                save_snapshot(model, out, step, trained, card(snapshot=True))
             if stopping:  # Ctrl-C or SIGTERM: this step finished and its checkpoint is saved
                 stop.stop_here(step, out / "last")
     progress.close()

@@ -268,6 +268,11 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
     model.train()
     fast_dropout(model, device)  # on the CPU: the same dropout, its masks drawn 2.4x faster (trainer.dropout)
     set_rng_state(state.get("rng"), device)  # a resumed run draws the dropout masks the uninterrupted run would have
+
+    def card(snapshot: bool = False) -> str:  # the model card of the step now, for OUT/last or a snapshot
+        return model_card(cfg, loop_summary(progress.run(), step, len(lengths), len(questions), precision, str(device),
+                                            1, rate="windows_per_second"), total, snapshot)
+
     with StopAfterStep(total, after_loop(out, bool(cfg.val_questions))) as stop:  # Ctrl-C: a clean stop
         while step < total:
             epoch, pos = divmod(step, steps_per_epoch)
@@ -302,13 +307,11 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
                 master = {n: t.detach().cpu().clone() for n, t in model.saved_state().items()}
                 saved = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step, "master": master,
                          "rng": rng_state(device), **progress.run().state()}
-                card = model_card(cfg, loop_summary(progress.run(), step, len(lengths), len(questions), precision,
-                                                    str(device), 1, rate="windows_per_second"), total)
-                save_checkpoint(model, out, "last", saved, trained, card)  # type: ignore[arg-type] (any model with save())
+                save_checkpoint(model, out, "last", saved, trained, card())  # type: ignore[arg-type] (any model with save())
                 checkpoint_saved(out)
                 progress.saved(step, out / "last")
             if cfg.snapshot_every and step % cfg.snapshot_every == 0:
-                save_snapshot(model, out, step, trained)
+                save_snapshot(model, out, step, trained, card(snapshot=True))
             if stopping:  # Ctrl-C or SIGTERM: this step finished and its checkpoint is saved
                 stop.stop_here(step, out / "last")
     progress.close()

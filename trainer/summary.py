@@ -173,12 +173,14 @@ def write_validated_card(cfg: JobOptions, summary: dict[str, Any]) -> None:
         tmp.write_text(model_card(cfg, summary), encoding="utf-8")
 
 
-def model_card(cfg: JobOptions, run: dict[str, Any], total: int | None = None) -> str:
-    """The model card a run writes with its checkpoint (``OUT/last/README.md``), as a bundled model has one
-    (core/models/default/README.md): how the model (a phrase model, or a reader) was trained, as far as the run knows
-    it: the command (the run's options other than their defaults), the training data and held-out split, the steps
-    (of ``total``), the time in the training loop, the device, and the validation metrics once the run has validated
-    it (``run["validation"]``). ``run``: the summary's part the loop knows (``loop_summary``)."""
+def model_card(cfg: JobOptions, run: dict[str, Any], total: int | None = None, snapshot: bool = False) -> str:
+    """The model card a run writes with its checkpoint (``OUT/last/README.md``) and with each snapshot
+    (``OUT/snapshots/step-N/README.md``, ``snapshot``), as a bundled model has one (core/models/default/README.md):
+    how the model (a phrase model, or a reader) was trained, as far as the run knows it: the command (the run's
+    options other than their defaults), the training data and held-out split, the steps (of ``total``), the smoothed
+    training loss there, the time in the training loop, the device, and the validation metrics once the run has
+    validated it (``run["validation"]``; a snapshot is not validated). ``run``: the summary's part the loop knows
+    (``loop_summary``)."""
     kind = "qsft" if isinstance(cfg, QsftConfig) else "reader" if isinstance(cfg, ReaderTrainConfig) else "phrase"
     command = " ".join([f"spanseek train {kind}", *_flags(cfg)])
     steps = f"{run['steps']} of {total}" if total is not None and total != run["steps"] else str(run["steps"])
@@ -189,19 +191,23 @@ def model_card(cfg: JobOptions, run: dict[str, Any], total: int | None = None) -
             ("training data", f"{Path(cfg.train).resolve()}: {run['train_questions']} questions in "
                               f"{run['train_windows']} windows; every {cfg.holdout.every}th article from article "
                               f"{cfg.holdout.offset} held out{written}, seed {cfg.seed}"),
-            ("steps", steps), ("time", f"{run['seconds']} s in the training loop"),
+            ("steps", steps), *([("training loss", f"{run['loss']} (smoothed over the last steps)")]
+                                if run.get("loss") is not None else []),
+            ("time", f"{run['seconds']} s in the training loop"),
             ("device", f"{run['device']}{world}, {run['precision']}")]
     validation = run.get("validation")
     rows.append(("validation", "on held-out questions: below" if validation is not None else
-                 "none yet (the run validates its last checkpoint at its end)" if cfg.val_questions else
-                 "none (--val-questions 0)"))
+                 "none (a snapshot; `spanseek train rank-checkpoints` ranks a run's snapshots on held-out questions)"
+                 if snapshot else "none yet (the run validates its last checkpoint at its end)" if cfg.val_questions
+                 else "none (--val-questions 0)"))
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     measured = ("" if validation is None else
                 f"\n## Validation\n\n```json\n{json.dumps(validation, indent=2, sort_keys=True)}\n```\n")
     use = (f"The reader config is `{READER_CONFIG_NAME}` beside this card; `spanseek search --read --reader` this "
            "directory reads the top passages with it." if kind == "reader" else f"The encoder config is `{CONFIG_NAME}` "
            "beside this card; `spanseek eval --model` this directory measures it on other questions.")
-    return (f"# spanseek {'reader' if kind == 'reader' else 'model'}: `spanseek train {kind}` into {cfg.out}\n\n"
+    what = f"step {run['steps']} snapshot of " if snapshot else ""
+    return (f"# spanseek {'reader' if kind == 'reader' else 'model'}: {what}`spanseek train {kind}` into {cfg.out}\n\n"
             f"## How it was made\n\n| | |\n|---|---|\n{table}\n\n{use}\n{measured}")
 
 

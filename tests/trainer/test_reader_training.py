@@ -38,6 +38,9 @@ def test_the_reader_trains_without_held_out_or_reserved_articles_and_resumes(tin
     first = train_reader(config(tiny_squad, tiny_backbone, out, max_steps=2, snapshot_every=1))
     assert sorted(p.name for p in (out / "snapshots").iterdir()) == ["step-000001", "step-000002"]
     assert PassageReader.load(resolve_reader(out / "snapshots" / "step-000001"))  # each one a reader
+    card = (out / "snapshots" / "step-000001" / "README.md").read_text(encoding="utf-8")  # saying what it is
+    assert f"step 1 snapshot of `spanseek train reader` into {out}" in card and "| steps | 1 of 2 |" in card
+    assert "--snapshot-every 1" in card and "| training loss | " in card and "rank-checkpoints" in card
     data = load_squad(tiny_squad)
     kept = [a for i, a in enumerate(data) if i % 4 not in (1, 2)]
     assert first["train_questions"] == len(squad_questions(kept)) and first["steps"] == 2

@@ -530,6 +530,24 @@ def test_a_run_s_checkpoint_carries_a_model_card_of_how_it_was_trained(tmp_path,
     assert not list(out.glob("last/*.tmp")) and not list(out.glob("last.*"))
 
 
+def test_each_snapshot_carries_a_model_card_of_what_it_is(tmp_path, tiny_squad, tiny_config):
+    """OUT/last had a README.md card, OUT/snapshots/step-N none: a snapshot picked up said nothing of what it was. Each
+    now has the card of its step (the command, the data, the step, the training loss then), written by the same code
+    as OUT/last's, and says that it is a snapshot, not validated."""
+    out = tmp_path / "run"
+    cfg = dataclasses.replace(tiny_train_config(tiny_squad, tiny_config, out), max_steps=2, checkpoint_every=2,
+                              snapshot_every=1)
+    summary = train_phrase(cfg)
+    first, last = ((out / "snapshots" / f"step-00000{k}" / "README.md").read_text(encoding="utf-8") for k in (1, 2))
+    assert f"# spanseek model: step 1 snapshot of `spanseek train phrase` into {out}" in first
+    assert f"`spanseek train phrase --train {tiny_squad} --out {out}" in first and "--snapshot-every 1" in first
+    assert f"{tiny_squad.resolve()}: {summary['train_questions']} questions" in first and "| steps | 1 of 2 |" in first
+    assert "| training loss | " in first and "`spanseek train rank-checkpoints`" in first
+    assert "step 2 snapshot" in last and "| steps | 2 |" in last
+    assert "snapshot of" not in (out / "last" / "README.md").read_text(encoding="utf-8")  # (OUT/last's card: its own)
+    assert not list(out.glob("snapshots/*/*.tmp"))
+
+
 @pytest.mark.slow  # builds an index of the held-out articles to validate on: 7 s
 def test_a_validated_run_s_model_card_holds_its_validation(tmp_path, tiny_squad, tiny_config):
     out = tmp_path / "run"
