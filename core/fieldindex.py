@@ -48,7 +48,15 @@ from typing import Any
 import numpy as np
 
 from spanseek.core.chained import Chained, ChainedArray, take
-from spanseek.core.fieldvalues import NONE, Field, fields_from_arrays, fields_of, fields_to_arrays, grouped
+from spanseek.core.fieldvalues import (
+    NONE,
+    Field,
+    appended_fields,
+    fields_from_arrays,
+    fields_of,
+    fields_to_arrays,
+    grouped,
+)
 from spanseek.core.fieldvalues import run_positions as run_positions
 from spanseek.core.filters import (
     AnyOf,
@@ -278,11 +286,12 @@ class FieldIndex(FilterTree):
         path.write_bytes(buf.getvalue())
 
     @classmethod
-    def load(cls, path: Path, docs: list[Mapping[str, Any]], passages: Sequence[Mapping[str, Any]] = ()
+    def load(cls, path: Path, docs: list[Mapping[str, Any]], passages: Sequence[Mapping[str, Any]] | None = ()
              ) -> FieldIndex:
         """Read ``path`` for the document records ``docs`` and passage records ``passages``; ValueError when it does
         not fit them (the caller names the file). A file written before passage fields were kept in it has them
-        built from ``passages`` at the first ``passage`` condition."""
+        built from ``passages`` at the first ``passage`` condition. ``passages`` None: the passages are not read (to
+        append to the field index: ``appended``), and a file without their fields is refused (ValueError)."""
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
         header = json.loads(arrays.pop(HEADER).tobytes().decode("utf-8"))
@@ -290,13 +299,35 @@ class FieldIndex(FilterTree):
             raise ValueError(f"field index format {header.get('format')!r} (this spanseek reads {FORMAT})")
         if header.get("documents") != len(docs):
             raise ValueError(f"{header.get('documents')} documents, the document store has {len(docs)}")
-        if "passage_fields" in header and header.get("passages") != len(passages):
+        if passages is None and "passage_fields" not in header:
+            raise ValueError("written before the passages' fields were kept in it")
+        if passages is not None and "passage_fields" in header and header.get("passages") != len(passages):
             raise ValueError(f"{header.get('passages')} passages, the passage store has {len(passages)}")
         fields = fields_from_arrays(header["fields"], "f", arrays)
         passage_fields = (fields_from_arrays(header["passage_fields"], "p", arrays) if "passage_fields" in header
                           else None)
-        return cls([d["id"] for d in docs], [d["title"] for d in docs], arrays["title_order"], fields,
-                   passage_fields, passages)
+        index = cls([d["id"] for d in docs], [d["title"] for d in docs], arrays["title_order"], fields,
+                    passage_fields, passages or ())
+        if passages is None:
+            index._passages = int(header["passages"])
+        return index
+
+    def appended(self, docs: Sequence[Mapping[str, Any]], passages: Iterable[Mapping[str, Any]]) -> FieldIndex:
+        """This field index with the records of more documents ``docs`` and of their passages ``passages`` numbered
+        after its own (``index add``, ``upsert``): what ``build`` over all the records gives, the same file from
+        ``save``, without this one's records read again (its passages' fields are appended to, not rebuilt: the
+        passage store's whole text took 0.97 s a 300k passages to read). Each field's records of a value stay in
+        record order, and the titles' order is merged by bisection."""
+        metas = [p.get("meta") for p in passages]
+        fields = appended_fields(self.fields, fields_of(enumerate((d.get("meta") for d in docs), self.documents)))
+        passage_fields = appended_fields(self.passage_fields, fields_of(enumerate(metas, self.passages)))
+        titles = self.titles + [d["title"] for d in docs]
+        new = sorted(range(self.documents, len(titles)), key=titles.__getitem__)  # (stable: by number among equals)
+        at = [bisect.bisect_right(self.title_order, titles[d], key=titles.__getitem__) for d in new]
+        order = np.insert(self.title_order, at, new).astype(np.int32)
+        index = FieldIndex([*self.ids, *(d["id"] for d in docs)], titles, order, fields, passage_fields)
+        index._passages = self.passages + len(metas)
+        return index
 
     # --- filters ------------------------------------------------------------------------------------------------
 

@@ -135,6 +135,40 @@ def fields_of(metas: Iterable[tuple[int, Mapping[str, Any] | None]]) -> dict[str
     return {key: _field(per_kind) for key, per_kind in raw.items()}
 
 
+def appended_fields(fields: dict[str, Field], more: dict[str, Field]) -> dict[str, Field]:
+    """``fields`` of numbered records with ``more``, the fields of records numbered after them: what ``fields_of``
+    over all the records gives (fields in the order they first come, each value's records in record order)."""
+    return {**fields, **{key: _appended(fields[key], f) if key in fields else f for key, f in more.items()}}
+
+
+def _appended(first: Field, then: Field) -> Field:
+    """One field of records followed by the same field of later records (``appended_fields``)."""
+    f = Field()
+    for part in ("true", "false", "null"):
+        held = [docs for docs in (getattr(first, part), getattr(then, part)) if docs is not None]
+        setattr(f, part, np.concatenate(held).astype(np.int32) if held else None)
+    for part in ("numbers", "dates"):
+        a, b = getattr(first, part), getattr(then, part)
+        if a is not None and b is not None:  # a stable sort keeps the earlier records first among equal values
+            values, docs = np.concatenate([a.values, b.values]), np.concatenate([a.docs, b.docs])
+            order = np.argsort(values, kind="stable")
+            a = Postings(values[order], docs[order])
+        setattr(f, part, a if a is not None else b)
+    if first.strings is None or then.strings is None:
+        held_strings = first if first.strings is not None else then
+        f.strings, f.string_starts, f.string_docs = (held_strings.strings, held_strings.string_starts,
+                                                     held_strings.string_docs)
+        return f
+    f.strings = sorted(set(first.strings) | set(then.strings))
+    code = {s: i for i, s in enumerate(f.strings)}
+    codes = np.concatenate([np.repeat(np.asarray([code[s] for s in part.strings or ()], dtype=np.int64),
+                                      np.diff(np.asarray(part.string_starts))) for part in (first, then)])
+    order = np.argsort(codes, kind="stable")  # each string's records: the earlier ones', then the later ones'
+    f.string_docs = np.concatenate([np.asarray(first.string_docs), np.asarray(then.string_docs)]).astype(np.int32)[order]
+    f.string_starts = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=len(f.strings)))])
+    return f
+
+
 def fields_to_arrays(fields: dict[str, Field], prefix: str, arrays: dict[str, np.ndarray]) -> list[dict[str, Any]]:
     """Put ``fields``' arrays into ``arrays`` (named ``{prefix}{i}.part``); their header entries."""
     header = []

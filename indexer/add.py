@@ -36,6 +36,7 @@ import json
 import logging
 import shutil
 import time
+import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,7 @@ import numpy as np
 
 from spanseek.core import integrity, phrase_index
 from spanseek.core.encoding import pick_device
+from spanseek.core.fieldindex import FieldIndex
 from spanseek.core.fine_store import FINE_CODES, FINE_KEPT, open_fine_store
 from spanseek.core.ids import held_in, new_id
 from spanseek.core.io import (
@@ -135,6 +137,21 @@ def write_npy(path: Path, array: np.ndarray) -> None:
     """``np.save`` to exactly ``path`` (np.save appends ``.npy`` to a name without it, such as ``*.add.tmp``)."""
     with naming(path), open(path, "wb") as f:
         np.save(f, array)
+
+
+def append_fields(index_dir: Path, old_docs: list[dict[str, Any]], staging: Path, dest: Path) -> None:
+    """Write to exactly ``dest`` the field index of the index's documents (``old_docs``, its document store's records)
+    and passages followed by the new ones encoded in ``staging``: its ``doc_fields.npz`` with the new records appended
+    (``FieldIndex.appended``: the same file as one written whole, its passage store not read), or, where that file is
+    missing, unreadable or written before it held the passages' fields, the field index of the stores written whole
+    (``write_fields``, which reads the new stores staged beside the index's)."""
+    try:
+        old = FieldIndex.load(index_dir / phrase_index.FIELDS, old_docs, passages=None)
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+        write_fields(staged(index_dir, phrase_index.DOCS), staged(index_dir, phrase_index.PASSAGES), dest)
+        return
+    new_docs = phrase_index.read_jsonl(staging / phrase_index.DOCS)
+    old.appended(new_docs, phrase_index.iter_jsonl(staging / phrase_index.PASSAGES)).save(dest)
 
 
 def live_rows(index_dir: Path) -> tuple[list[dict[str, Any]], np.ndarray, dict[str, int]]:
@@ -350,7 +367,7 @@ def _add_locked(index_dir: Path, old: phrase_index.Manifest, corpus: Path, model
     if (index_dir / FINE_KEPT).is_file():
         raise BuildError(f"{index_dir} has a filtered fine store ({FINE_KEPT}: rows of the kept tokens only), which "
                          "`index add` does not extend; build the index again with the new documents")
-    _, old_deleted, live = live_rows(index_dir)
+    old_docs, old_deleted, live = live_rows(index_dir)
     source, unchanged = corpus, 0
     replaced: list[int] = []
     checked: ReadStats | None = None  # what a read of the corpus counted: sizes the progress bar without another
@@ -402,8 +419,7 @@ def _add_locked(index_dir: Path, old: phrase_index.Manifest, corpus: Path, model
                 staged(index_dir, phrase_index.PASSAGE_TOKENS))
     _concat_jsonl(index_dir / phrase_index.PASSAGES, staging / phrase_index.PASSAGES, staged(index_dir, phrase_index.PASSAGES), D)
     _concat_jsonl(index_dir / phrase_index.DOCS, staging / phrase_index.DOCS, staged(index_dir, phrase_index.DOCS), None)
-    write_fields(staged(index_dir, phrase_index.DOCS), staged(index_dir, phrase_index.PASSAGES),
-                 staged(index_dir, phrase_index.FIELDS))  # also for an index without one
+    append_fields(index_dir, old_docs, staging, staged(index_dir, phrase_index.FIELDS))  # also for an index without one
     names += [phrase_index.TOKEN_PASSAGE, phrase_index.PASSAGE_TOKENS, phrase_index.PASSAGES, phrase_index.DOCS, phrase_index.FIELDS]
 
     new_filter = load_filter_scores(staging)
