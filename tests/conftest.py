@@ -46,6 +46,17 @@ WORDS = (
 ).split()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _file_digests_in_the_run_s_folder(tmp_path_factory):
+    """The sha256 records of backbone files read (``core.backbones.DIGESTS``) go to the test run's own folder, not the
+    user's cache."""
+    from spanseek.core import backbones
+
+    saved, backbones.DIGESTS = backbones.DIGESTS, tmp_path_factory.mktemp("digests")
+    yield
+    backbones.DIGESTS = saved
+
+
 @pytest.fixture(autouse=True)
 def _logging_restored():
     """`spanseek serve` configures logging for its process (dictConfig: root handlers on the stderr of the moment,

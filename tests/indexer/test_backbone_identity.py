@@ -98,3 +98,64 @@ def test_a_fully_fine_tuned_model_is_refused_for_its_backbone_s_tokenizer_not_it
         f.write("\n")
     with pytest.raises(IndexFormatError, match="backbone files of"):
         check_index_model(index, model, config)
+
+
+def test_a_local_backbone_s_files_are_read_once_for_every_process_until_one_changes(tiny_backbone, tmp_path,
+                                                                                    monkeypatch):
+    """A backbone directory's weights were hashed again by each process (1.43 s for 438 MB at every search and serve
+    start): the digest is recorded by the file's path, size and modification time, and a later process (here: the
+    process's own cache emptied) reads the record; a file changed since is read again, and its model refused."""
+    backbone = shutil.copytree(tiny_backbone, tmp_path / "backbone")
+    monkeypatch.setattr(backbones, "DIGESTS", tmp_path / "digests")
+    backbones._read_sha256.cache_clear()
+    first = backbone_fingerprint(str(backbone))
+    assert len(list((tmp_path / "digests").glob("*.json"))) == len(backbones._loaded_files(backbone, True))
+    backbones._read_sha256.cache_clear()  # as a new process
+    real_sha256, read = backbones.sha256_file, []
+    monkeypatch.setattr(backbones, "sha256_file", lambda path, *a: read.append(path.name) or real_sha256(path, *a))
+    assert backbone_fingerprint(str(backbone)) == first and read == []
+    weights = backbone / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # the same size, another modification time
+    weights.write_bytes(bytes(data))
+    backbones._read_sha256.cache_clear()
+    changed = backbone_fingerprint(str(backbone))
+    assert changed != first and read == ["model.safetensors"]
+    monkeypatch.setattr(backbones, "DIGESTS", weights / "digests")  # where no record can be written: read each time
+    backbones._read_sha256.cache_clear()
+    assert backbone_fingerprint(str(backbone)) == changed
+
+
+def _hub_revision(hub, repo: str, revision: str, files) -> None:
+    """Files of ``repo`` at ``revision`` laid out as the hub cache does (blobs named by their sha256, the revision's
+    files linked to them, refs/main naming it)."""
+    import hashlib
+
+    root = hub / f"models--{repo.replace('/', '--')}"
+    (root / "blobs").mkdir(parents=True, exist_ok=True)
+    (root / "snapshots" / revision).mkdir(parents=True)
+    for path in files:
+        blob = root / "blobs" / hashlib.sha256(path.read_bytes()).hexdigest()
+        shutil.copyfile(path, blob)
+        (root / "snapshots" / revision / path.name).symlink_to(blob)
+    (root / "refs").mkdir(exist_ok=True)
+    (root / "refs" / "main").write_text(revision)
+
+
+def test_a_hub_backbone_is_identified_by_the_revision_its_cache_holds(tiny_backbone, tmp_path, monkeypatch):
+    """A backbone given as a hub id recorded nothing (None), so an index built on it served a model loaded from a new
+    revision of it. It is identified as the directory of the revision the hub cache holds (transformers' offline
+    load), the same record as those files given as a directory; a new revision changes it."""
+    from huggingface_hub import constants
+
+    hub = tmp_path / "hub"
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub))
+    assert backbone_fingerprint("someone/tiny") is None  # not in the cache: nothing to identify
+    files = sorted(p for p in tiny_backbone.iterdir() if p.is_file())
+    _hub_revision(hub, "someone/tiny", "a" * 40, files)
+    assert backbone_fingerprint("someone/tiny") == backbone_fingerprint(str(tiny_backbone))
+    changed = shutil.copytree(tiny_backbone, tmp_path / "changed")
+    (changed / "config.json").write_text((changed / "config.json").read_text().replace("}", ', "note": 1}', 1))
+    _hub_revision(hub, "someone/tiny", "b" * 40, sorted(p for p in changed.iterdir() if p.is_file()))
+    assert backbone_fingerprint("someone/tiny") == backbone_fingerprint(str(changed)) != backbone_fingerprint(
+        str(tiny_backbone))
