@@ -90,6 +90,9 @@ def stopped_cleanly(job: str, work: Path | None = None) -> Iterator[None]:
             for part in (work / SHARDS).glob("*.tmp"):
                 shutil.rmtree(part, ignore_errors=True)
             sizes = list(finished_shards(work).values())
-            kept = (f"re-using its {len(sizes)} encoded shard{'s' if len(sizes) != 1 else ''} ({sum(sizes)} passages)"
-                    if sizes else "no shard was finished yet")
+            if not sizes:  # nothing to resume from: no empty shards/ left (a build's --out made for it then goes too)
+                with contextlib.suppress(OSError):
+                    (work / SHARDS).rmdir()
+                raise KeyboardInterrupt(f"{how}{job} had finished no shard; the same command starts it again") from None
+            kept = f"re-using its {len(sizes)} encoded shard{'s' if len(sizes) != 1 else ''} ({sum(sizes)} passages)"
             raise KeyboardInterrupt(f"{how}the same command resumes {job} ({kept})") from None

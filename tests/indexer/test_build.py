@@ -221,6 +221,21 @@ def test_ctrl_c_during_a_build_says_interrupted_and_the_build_resumes(tmp_path, 
     assert np.load(out / phrase_index.VECTORS).tobytes() == np.load(tiny_index / phrase_index.VECTORS).tobytes()
 
 
+def test_ctrl_c_before_a_build_finished_a_shard_says_the_same_command_starts_it_again(tmp_path, tiny_corpus,
+                                                                                      tiny_model_dir, monkeypatch,
+                                                                                      capsys):
+    """Stopped in its first shard, a build said "the same command resumes the build in OUT (no shard was finished
+    yet)", while it left nothing to resume from (the --out it made was removed)."""
+    out = tmp_path / "i"
+    argv = ["index", "build", "--corpus", str(tiny_corpus), "--model", str(tiny_model_dir), "--out", str(out),
+            "--quiet", "--precision", "fp32", "--device", "cpu"]
+    monkeypatch.setattr(PassageEncoder, "encode_flat", lambda self, passages: (_ for _ in ()).throw(KeyboardInterrupt))
+    assert main(argv) == 130
+    assert capsys.readouterr().err == (f"spanseek index build: interrupted: the build in {out} had finished no shard; "
+                                       "the same command starts it again\n")
+    assert not out.exists()
+
+
 def test_a_stop_once_the_manifest_is_written_says_the_build_is_complete(tmp_path, tiny_corpus, tiny_model_dir,
                                                                          tiny_index, monkeypatch, capsys):
     """Ctrl-C (or SIGTERM) landing after the manifest was written said that the same command resumes the build, which
