@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from spanseek import __version__
 from spanseek.core.options import OptionsParser
 from spanseek.core.quiet import QUIET_TRANSFORMERS, Shared
 from spanseek.extras import extra_for, missing_extra_message
@@ -116,6 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="spanseek", description="Dense phrase retrieval: phrases, passages, documents.",
                     epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action="version", version=f"spanseek {__version__}",
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, commands in CLI_MODULES.items():
         try:

@@ -861,3 +861,12 @@ def test_every_command_that_reads_files_says_which_passage_fields_each_format_gi
     assert rows == {formats: fields for formats, fields, _ in PASSAGE_FIELDS}
     for formats, fields, _ in PASSAGE_FIELDS:  # and the help names each field
         assert all(f in shown for f in fields), (formats, fields)
+
+
+def test_version_prints_the_version(capsys):
+    """`spanseek --version`, what a new user tries first, was refused as a missing command (status 2)."""
+    import spanseek
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--version"])
+    assert stopped.value.code == 0 and capsys.readouterr().out == f"spanseek {spanseek.__version__}\n"
