@@ -221,6 +221,10 @@ def _record(path: Path, lineno: int, fields: dict[str, Any], columns: dict[str, 
     question = fields.get("question")
     if not isinstance(question, str) or not has_text(question):
         got = "missing" if question is None else "blank" if isinstance(question, str) else f"a {_kind(question)}"
+        if question is None and "paragraphs" in fields and columns is None:  # a corpus given for the questions
+            raise CorpusError(f"{path}:{lineno}: a corpus document (its 'paragraphs'), not a question: give the "
+                              "questions (a 'question' each, docs/questions.md); a corpus is what `spanseek index "
+                              "build --corpus` reads")
         raise CorpusError(f"{at('question')}: the question must be text ({got})")
     _check_unicode(question, at("question"))
     key = "answers" if "answers" in fields else "answer"

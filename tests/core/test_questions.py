@@ -245,3 +245,13 @@ def test_stdin_json_lines_with_a_lone_surrogate_are_refused_naming_the_line():
 
     with pytest.raises(CorpusError, match=r"^stdin:2: 'question': character 1 \('\\udfff'\) is an unpaired"):
         jsonl_questions("stdin", [(1, '{"question": "who?"}'), (2, '{"question": "\\udfff?"}')])
+
+
+def test_a_corpus_given_as_the_questions_is_named_as_a_corpus(tmp_path):
+    """A corpus (JSON Lines of documents) given to `search --questions` or `eval --questions` was refused as a line
+    whose question is missing, leaving the user to find that the file was the wrong one."""
+    path = tmp_path / "corpus.jsonl"
+    path.write_text(json.dumps({"id": "a", "title": "A", "paragraphs": ["In 1450 Gala built it."]}) + "\n")
+    with pytest.raises(CorpusError, match=r"corpus.jsonl:1: a corpus document \(its 'paragraphs'\), not a question: "
+                                          r".* `spanseek index build --corpus` reads"):
+        read_questions(path)
