@@ -2,8 +2,9 @@
 
     spanseek serve --index INDEX_DIR --writes     # (core.segment.LiveIndex holds one per snapshot)
 
-``BaseTerms`` holds a base's passages' term frequencies, made once a base; ``LiveLexical`` scores BM25 (bm25s' Lucene
-variant, the formula the base's ``lexical/`` was built with) over the live passages, base and segment together: the
+``BaseTerms`` holds a base's passages' term frequencies, made once a base; ``LiveLexical`` scores BM25 (the bm25s
+variant the base's ``lexical/`` was built with: Lucene's for every index built here; one that scores passages without
+a query's terms, BM25L or BM25+, is refused) over the live passages, base and segment together: the
 number of passages, their mean length and each term's document frequency count the live passages only, as an index
 built from scratch over the same documents would. A snapshot's statistics are the base's (counted once a base), less
 its dead passages', plus the segment's, kept apart and joined for a query's terms at the search: a write costs its
@@ -29,6 +30,22 @@ from spanseek.core.lexical import LexicalIndex, passage_text
 from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.postings import Matches, Postings, TermList
 
+# bm25s' BM25 variants (``bm25s.scoring``) over arrays: each term's idf from the passages holding it (df >= 1) of n
+_IDF = {
+    "lucene": lambda df, n: np.log(1 + (n - df + 0.5) / (df + 0.5)),
+    "robertson": lambda df, n: np.log(np.maximum((n - df + 0.5) / (df + 0.5), 1.0)),  # (bm25s: never negative)
+    "atire": lambda df, n: np.log(n / df),
+    "bm25l": lambda df, n: np.log((n + 1) / (df + 0.5)),
+    "bm25+": lambda df, n: np.log((n + 1) / df),
+}
+# ... and a posting's term-frequency part from its count and its passage's length over the mean (``norm``); bm25l and
+# bm25+ are left out: they score every passage, those without the term too, which no postings list holds
+_TFC = {
+    "lucene": lambda tf, norm, k1: tf / (k1 * norm + tf),
+    "robertson": lambda tf, norm, k1: tf / (k1 * norm + tf),
+    "atire": lambda tf, norm, k1: tf * (k1 + 1) / (tf + k1 * norm),
+}
+
 
 class LiveLexical:
     """BM25 over base + segment passages, counting only the live ones (module docstring); ``scores`` as
@@ -45,6 +62,12 @@ class LiveLexical:
                  dead: np.ndarray):
         r = base.retriever
         self.k1, self.b, self.method = float(r.k1), float(r.b), r.method
+        self.idf_method = getattr(r, "idf_method", None) or r.method
+        if self.method not in _TFC or self.idf_method not in _IDF:
+            variant = self.method if self.method not in _TFC else self.idf_method
+            raise ValueError(f"the lexical part's BM25 variant {variant!r} cannot be scored over live writes (only "
+                             f"{', '.join(map(repr, _TFC))}: it scores passages without a query's terms too); rebuild "
+                             "it with `spanseek index add-lexical`, which writes Lucene's")
         self.base, self.base_terms = base, base_terms
         self.n_base, self.n_base_terms = base_terms.tf.shape
         self.vocab = base_terms.vocab  # (a term the base lacks has a column in each run of postings holding it)
@@ -81,7 +104,8 @@ class LiveLexical:
         for postings in self.segment:
             own = np.fromiter((postings.new_terms.get(t, _NONE) for t in terms), np.int64, count=len(terms))
             df += _count_of(postings.terms, np.diff(postings.starts), np.where(in_base, base, own))
-        return np.where(df > 0, np.log(1 + (self.n_live - df + 0.5) / (df + 0.5)), 0.0).astype(np.float32)
+        idf = _IDF[self.idf_method](np.maximum(df, 1).astype(np.float64), np.float64(self.n_live))
+        return np.where(df > 0, idf, 0.0).astype(np.float32)
 
     def term_list(self, term: str, idf: np.float32) -> tuple[TermList, np.float32]:
         """The passages holding ``term``, the base's then the segment's, with their BM25 scores for it (0 for a dead
@@ -122,7 +146,7 @@ class LiveLexical:
         return TermList(passages, score=score), max(bound, segment.max(initial=0))
 
     def _scored(self, idf: np.float32, tf: np.ndarray, length: np.ndarray) -> np.ndarray:
-        tfc = tf / (self.k1 * ((1 - self.b) + self.b * length / self.avg_len) + tf)  # float64, as bm25s
+        tfc = _TFC[self.method](tf, (1 - self.b) + self.b * length / self.avg_len, self.k1)  # float64, as bm25s
         return (idf * tfc).astype(np.float32)
 
     def postings(self, questions: Sequence[str], terms: Sequence[list[str]] | None = None) -> Postings:
