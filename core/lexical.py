@@ -44,7 +44,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import regex
@@ -136,6 +136,7 @@ class Analysis:
 ANALYSES = {"plain": Analysis(fold=False), "folded": Analysis(),
             "folded2": Analysis(digits=True, letters=True, acronyms=True, question_words=True)}
 ANALYZERS = tuple(ANALYSES)
+AnalyzerName = Literal["plain", "folded", "folded2"]  # ANALYZERS as a type: an option's choices (indexer.options)
 ANALYZER = "folded"  # the analyzer of lexical indexes built now (folded2: opt-in, docs/indexing.md)
 
 

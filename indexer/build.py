@@ -424,7 +424,7 @@ def _build_locked(corpus: Path, model: str | Path, model_dir: Path, out: Path, o
     fine_store = resolve_store(opts.store, opts.factory, n_tokens)
     faiss_params["fine_store"] = write_fine_store(out, fine_store, opts.max_train, opts.progress,  # 4. fine store
                                                   keep=filtered_ids(out, opts.filter_threshold, n_tokens))
-    lexical = write_lexical(out)  # 5. BM25 over the passages, and the field index of the documents
+    lexical = write_lexical(out, analyzer=opts.analyzer)  # 5. BM25 over the passages, and the field index of the documents
     with atomic_path(out / phrase_index.FIELDS) as tmp:
         write_fields(out / phrase_index.DOCS, out / phrase_index.PASSAGES, tmp)
     remove_scratch(out)  # leftovers of killed steps would otherwise be taken for index files

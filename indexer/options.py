@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from spanseek.core.lexical import ANALYZER, ANALYZERS, AnalyzerName
 from spanseek.core.options import option
 
 
@@ -42,7 +43,8 @@ class BuildOptions(EncodeOptions):
     ``filter_threshold`` needs a model with a filter head; ``vector_source`` and ``nprobe`` are the searcher's
     defaults recorded in the manifest; ``recall_sample`` the queries of the recall that `index verify` re-measures;
     ``store`` the fine store's precision (``core.fine_store``); ``keep_codes`` whether a compressed index also keeps
-    ``codes.npy``, a second copy of its codes that only the ``codes`` neighbour source reads."""
+    ``codes.npy``, a second copy of its codes that only the ``codes`` neighbour source reads; ``analyzer`` the lexical
+    part's (``core.lexical.ANALYZERS``)."""
 
     factory: str = option("Flat", "faiss factory string (inner product), e.g. Flat, IVF256,SQ8, "
                           "OPQ32,IVF256,PQ32x4fs, or 'auto' (chosen from the token count; docs/compressed-index.md)")
@@ -62,6 +64,8 @@ class BuildOptions(EncodeOptions):
     filter_threshold: float | None = option(None, "index only tokens whose start or end filter probability is >= "
                                             "this (needs a model with a filter head)")
     recall_sample: int = option(200, "own vectors used as queries for the recall recorded in the manifest (0: skip)")
+    analyzer: AnalyzerName = option(ANALYZER, "how passages and questions are split into BM25 terms (docs/indexing.md; "
+                                    "`index add-lexical --analyzer` changes a built index's)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -71,6 +75,8 @@ class BuildOptions(EncodeOptions):
             _check_count("nprobe", self.nprobe, 1)
         _check_count("max_train", self.max_train, 1)
         _check_count("recall_sample", self.recall_sample, 0, " (0: skip the recall)")
+        if self.analyzer not in ANALYZERS:  # refused before the corpus is encoded, not at the BM25 stage after it
+            raise ValueError(f"analyzer {self.analyzer!r} is not a lexical analyzer; known: {', '.join(ANALYZERS)}")
         if self.vector_source == "codes" and self.keep_codes is False:
             raise ValueError("keep_codes off leaves out the codes store (codes.npy) that vector_source 'codes' reads")
         threshold = self.filter_threshold

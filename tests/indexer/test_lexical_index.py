@@ -127,6 +127,34 @@ def test_cli_add_lexical_rebuilds_with_the_analyzer_it_names(tmp_path, tiny_inde
     assert phrase_index.Manifest.load(index).lexical["analyzer"] == "folded"
 
 
+def test_cli_build_takes_the_analyzer_it_names_and_refuses_an_unknown_one_listing_the_known(tmp_path, tiny_corpus,
+                                                                                              tiny_model_dir, capsys):
+    """``index build --analyzer`` builds the lexical part with it (recorded, and the searcher's); an unknown name is
+    refused before anything is encoded, naming the known ones."""
+    from spanseek.cli import main
+
+    out = tmp_path / "idx"
+    common = ["index", "build", "--corpus", str(tiny_corpus), "--model", str(tiny_model_dir), "--precision", "fp32",
+              "--no-gpu", "--quiet"]
+    with pytest.raises(SystemExit) as exit_:
+        main([*common, "--out", str(out), "--analyzer", "folded9"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "invalid choice: 'folded9'" in err and "'plain', 'folded', 'folded2'" in err
+    assert not out.exists()
+    assert main([*common, "--out", str(out), "--analyzer", "folded2"]) == 0
+    assert phrase_index.Manifest.load(out).lexical["analyzer"] == "folded2" == PhraseIndex(out).lexical.analyzer
+    with pytest.raises(ValueError, match="analyzer 'folded9' is not a lexical analyzer; known: plain, folded, folded2"):
+        BuildOptions(analyzer="folded9")  # type: ignore[arg-type]  (the library refuses it too)
+
+
+def test_the_analyzer_option_s_choices_are_the_analyzers():
+    import typing
+
+    from spanseek.core.lexical import ANALYZERS, AnalyzerName
+
+    assert typing.get_args(AnalyzerName) == ANALYZERS
+
+
 WORLD = [  # documents in several scripts and spellings, each with a question's words written another way
     {"id": "zh", "title": "长城", "paragraphs": ["北京的八达岭长城建于明朝弘治十八年，是游客最多的一段。"]},
     {"id": "de", "title": "Adressen", "paragraphs": ["Das Rathaus steht an der Hauptstraße neben dem Brunnen."]},
