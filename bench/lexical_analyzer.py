@@ -1,10 +1,11 @@
 """The lexical analyzers' rules, measured: BM25 alone on training articles (to choose the rules), then BM25 and hybrid
 search on the validation articles (to check the choice).
 
-    # choose: BM25 passage acc@1/5 of training questions over a BM25 index of their articles' paragraphs, for the
-    # current analyzer, each rule of the new one added to it alone, the new one whole, and the new one less each rule
+    # choose: BM25 passage acc@1/5 of training questions over a BM25 index of their articles' paragraphs, for an
+    # analyzer (--against), each rule of a newer one (--analyzer) added to it alone, the newer one whole, and the newer
+    # one less each rule (folded3's against folded2; folded2's were measured with --analyzer folded2 --against folded)
     python bench/lexical_analyzer.py choose --train ../shared/data/squad-v1.1-train.json.gz --articles 300 \
-        --out bench/results/lexical_analyzer.json
+        --analyzer folded3 --against folded2 --out bench/results/lexical_analyzer.json
     # check: `spanseek eval` (hybrid and lexical) of a built index as it is and with its lexical part rebuilt by
     # each analyzer (`spanseek index add-lexical --analyzer`), on copies of it
     python bench/lexical_analyzer.py check --index work/demo-index --questions runs/validation.json.gz \
@@ -32,21 +33,26 @@ from machine import cpu_name  # bench/ is on sys.path when run as a script
 
 from spanseek.core.holdout import split_articles
 from spanseek.core.io import load_squad, write_json_atomic
-from spanseek.core.lexical import ANALYSES, Analysis, LexicalIndex, passage_text, tokenize
+from spanseek.core.lexical import ANALYSES, ANALYZERS, Analysis, LexicalIndex, passage_text, tokenize
 from spanseek.core.metrics import accuracy_at, answers_in, normalized_passage, pct
 
 BATCH = 256
-NEW = "folded2"
-RULES = ("digits", "letters", "acronyms", "question_words")
+RULES = ("digits", "letters", "acronyms", "question_words", "symbols", "labels")
+OTHER_VALUES = {"labels": ("any",)}  # values of a rule measured beside the analyzer's own
 
 
-def variants() -> dict[str, Analysis]:
-    """The analyzers measured: the current one, it with each rule of the new one, the new one, it less each rule."""
-    old, new = ANALYSES["folded"], ANALYSES[NEW]
-    out = {"folded": old}
-    out |= {f"folded +{rule}": dataclasses.replace(old, **{rule: True}) for rule in RULES if getattr(new, rule)}
-    out[NEW] = new
-    out |= {f"{NEW} -{rule}": dataclasses.replace(new, **{rule: False}) for rule in RULES if getattr(new, rule)}
+def variants(old_name: str = "folded2", new_name: str = "folded3") -> dict[str, Analysis]:
+    """The analyzers measured: ``old_name``, it with each rule of ``new_name`` that it lacks (and that rule's other
+    values), ``new_name``, and it less each such rule."""
+    old, new, off = ANALYSES[old_name], ANALYSES[new_name], Analysis()
+    rules = [rule for rule in RULES if getattr(new, rule) != getattr(old, rule)]
+    out = {old_name: old}
+    for rule in rules:
+        for value in (getattr(new, rule), *OTHER_VALUES.get(rule, ())):
+            label = f"+{rule}" if isinstance(value, bool) else f"+{rule}={value}"
+            out[f"{old_name} {label}"] = dataclasses.replace(old, **{rule: value})
+    out[new_name] = new
+    out |= {f"{new_name} -{rule}": dataclasses.replace(new, **{rule: getattr(off, rule)}) for rule in rules}
     return out
 
 
@@ -77,21 +83,23 @@ def choose(args: argparse.Namespace) -> dict[str, Any]:
     questions, answers = [qa["question"] for qa in qas], [[x["text"] for x in qa["answers"]] for qa in qas]
     runs: dict[str, dict[str, Any]] = {}
     correct = {}
-    for name, analysis in variants().items():
+    analyses = variants(args.against, args.analyzer)
+    for name, analysis in analyses.items():
         t0 = time.process_time()
         correct[name] = bm25_correct(texts, questions, answers, analysis)
         runs[name] = {f"acc@{k}": pct(accuracy_at(correct[name], k)) for k in (1, 5)}
         print(f"{name:28s} acc@1 {runs[name]['acc@1']:5.1f}  acc@5 {runs[name]['acc@5']:5.1f}"  # noqa: T201
               f"  ({time.process_time() - t0:.0f} CPU s)")
+    new = args.analyzer
     for name in runs:  # each rule's own questions: what the new analyzer finds that it without the rule does not
-        if name.startswith(f"{NEW} -"):
-            runs[name][f"{NEW} against it"] = against(correct[NEW], correct[name])
-    return {"training_choice": {
+        if name.startswith(f"{new} -"):
+            runs[name][f"{new} against it"] = against(correct[new], correct[name])
+    return {f"training_choice{'' if new == 'folded2' else '_' + new}": {
         "command": " ".join(["python", "bench/lexical_analyzer.py", *sys.argv[1:]]),
         "data": f"the first {len(articles)} training articles of {Path(args.train).name} (core.holdout split): "
                 f"{len(texts):,} passages, {len(questions):,} questions",
         "metric": "BM25 alone, passage acc@1 / acc@5 (a passage holding an answer)",
-        "rules": {name: dataclasses.asdict(a) for name, a in variants().items()},
+        "rules": {name: dataclasses.asdict(a) for name, a in analyses.items()},
         "runs": runs}}
 
 
@@ -123,11 +131,13 @@ def main() -> None:
     c = sub.add_parser("choose", help="BM25 accuracy of each rule on training articles")
     c.add_argument("--train", required=True, help="SQuAD-format training file (its training articles are used)")
     c.add_argument("--articles", type=int, default=300, help="how many training articles, from the first")
+    c.add_argument("--analyzer", default="folded3", choices=ANALYZERS, help="the analyzer whose rules are measured")
+    c.add_argument("--against", default="folded2", choices=ANALYZERS, help="the analyzer they are added to")
     v = sub.add_parser("check", help="spanseek eval of an index with its lexical part rebuilt by each analyzer")
     v.add_argument("--index", required=True, help="a built index (copied; not changed)")
     v.add_argument("--questions", required=True, help="the questions of the index's articles (SQuAD format)")
     v.add_argument("--model", default="default", help="the model to encode questions with")
-    v.add_argument("--analyzers", default=f"folded,{NEW}", help="comma-separated analyzers to rebuild with")
+    v.add_argument("--analyzers", default="folded,folded2", help="comma-separated analyzers to rebuild with")
     v.add_argument("--work", default=None, help="where the copies go (default: the system's temporary folder)")
     for p in (c, v):
         p.add_argument("--out", required=True, help="JSON to write the results into (its other keys are kept)")

@@ -5,6 +5,9 @@ add``, added to an older index by ``spanseek index add-lexical DIR``). A passage
 plus its text, split into terms by the index's analyzer (``ANALYZERS``; recorded in the index, and questions go
 through the same one), English stop words removed and Snowball-stemmed (bm25s + PyStemmer):
 
+- ``folded3`` (opt-in, as ``folded2``): ``folded2``, with a letter followed by "++" or "#" a term of its own ("C++",
+  "C#" and "F#" are "c++", "c#" and "f#", not "c" and "f"), and a capital letter that is a stop word kept after a word
+  that is not one ("vitamin A", "Group A"; "has a", "is A" and "a" written small lose it as before).
 - ``folded2`` (opt-in: ``spanseek index add-lexical DIR --analyzer folded2``): ``folded``, keeping one-character words of a letter or digit ("World War 2",
   "vitamin C", "Type 1 diabetes", the "c" of "C++"; not the "s" of "Tom's" nor the "t" of "don't"), reading letters
   joined by dots as one word ("U.S.A." finds "USA"), and with question words (``QUESTION_WORDS``: "who", "what",
@@ -124,20 +127,28 @@ class Analysis:
     (else lower-cased words of two or more characters only); ``digits`` and ``letters``, one-character words of
     them kept ("World War 2", "vitamin C"), but not after an apostrophe (the "s" of "Tom's", the "t" of "don't");
     ``acronyms``, single letters joined by dots read as one word ("U.S.A." is "usa", as "USA" is);
-    ``question_words``: ``QUESTION_WORDS`` are stop words."""
+    ``question_words``: ``QUESTION_WORDS`` are stop words; ``symbols``: a letter followed by "++" or "#" is a term of
+    its own ("C++" is "c++", "C#" "c#", "F#" "f#"; not "c" or "f"); ``labels``: a one-letter word that is a stop word
+    ("a") is kept where it follows a word that is not one, "capital" where it is written as a capital ("vitamin A",
+    "Group A"; not "has a"), "any" however it is written."""
 
     fold: bool = True
     digits: bool = False
     letters: bool = False
     acronyms: bool = False
     question_words: bool = False
+    symbols: bool = False
+    labels: Literal["", "capital", "any"] = ""
 
 
 ANALYSES = {"plain": Analysis(fold=False), "folded": Analysis(),
-            "folded2": Analysis(digits=True, letters=True, acronyms=True, question_words=True)}
+            "folded2": Analysis(digits=True, letters=True, acronyms=True, question_words=True),
+            "folded3": Analysis(digits=True, letters=True, acronyms=True, question_words=True, symbols=True,
+                                labels="capital")}
 ANALYZERS = tuple(ANALYSES)
-AnalyzerName = Literal["plain", "folded", "folded2"]  # ANALYZERS as a type: an option's choices (indexer.options)
-ANALYZER = "folded"  # the analyzer of lexical indexes built now (folded2: opt-in, docs/indexing.md)
+# ANALYZERS as a type: an option's choices (indexer.options)
+AnalyzerName = Literal["plain", "folded", "folded2", "folded3"]
+ANALYZER = "folded"  # the analyzer of lexical indexes built now (folded2, folded3: opt-in, docs/indexing.md)
 
 
 def analyzer_of(record: dict[str, Any] | None) -> str:
@@ -170,35 +181,55 @@ _SHORT = {(False, False): "", (True, False): r"\d", (False, True): r"[^\W\d_]", 
 
 
 @functools.cache
-def _splitter(short: str, acronyms: bool, marked: bool) -> Any:
+def _splitter(short: str, acronyms: bool, symbols: bool, marked: bool) -> Any:
     """The ``findall`` of an ``Analysis``'s words in folded text: ``marked``, for text that is not ASCII (a word holds
     its combining marks); ``short``, the class of the one-character words kept too (not after an apostrophe: the "s"
-    of "Tom's"); ``acronyms``, single letters joined by dots ("u.s.a.") as one match."""
-    if not (short or acronyms):
+    of "Tom's"); ``acronyms``, single letters joined by dots ("u.s.a.") as one match; ``symbols``, a letter followed
+    by "++" or "#" ("c++", "c#") as one match."""
+    if not (short or acronyms or symbols):
         return _MARKED_WORDS if marked else _WORDS
     word, mark = (r"\w[\w\p{M}]+", r"\p{M}") if marked else (r"\b\w\w+\b", "")
-    parts = [r"(?<!\w)[^\W\d_](?:\.[^\W\d_](?!\w))+\.?"] if acronyms else []
+    parts = [r"(?<![\w+#])[^\W\d_](?:\+\+|#)(?![\w+#])"] if symbols else []
+    if acronyms:
+        parts.append(r"(?<!\w)[^\W\d_](?:\.[^\W\d_](?!\w))+\.?")
     parts.append(word)
     if short:
         parts.append(rf"(?<![\w{mark}'\u2019]){short}(?![\w{mark}])")
     return (regex if marked else re).compile("|".join(parts)).findall
 
 
+# a one-letter word after another word, that word and the letter as groups: where ``Analysis.labels`` keeps the
+# letter though it is a stop word ("vitamin A"); by case (capital) or in either
+_LABELS = {case: regex.compile(r"(?<![\w'\u2019])(\w[\w\p{M}]*)[ \t\u00a0-](" + letter + r")(?![\w'\u2019+#])")
+           for case, letter in (("capital", r"\p{Lu}"), ("any", r"\p{L}"))}
+
+
+def _labels(text: str, labels: str, stop: frozenset[str]) -> list[str]:
+    """The one-letter stop words of ``text`` kept as labels (``Analysis.labels``), each as a term that skips the stop
+    list and the stemmer (a leading NUL)."""
+    if not labels:
+        return []
+    return [f"\x00{letter}" for word, letter in ((fold(w), fold(c)) for w, c in _LABELS[labels].findall(text))
+            if letter in stop and word not in stop]
+
+
 def _words(text: str, analysis: Analysis) -> list[str]:
-    """The terms of one text before stop words and stemming; CJK pairs are marked by a leading NUL (no stemming)."""
+    """The terms of one text before stop words and stemming; CJK pairs and labels are marked by a leading NUL (no
+    stemming, not stop words)."""
     if not analysis.fold:
         return _WORDS(text.lower())
+    labels = _labels(text, analysis.labels, _stopwords(analysis.question_words))
     text = fold(text)
     short = _SHORT[analysis.digits, analysis.letters]
     if text.isascii():
-        words = _splitter(short, analysis.acronyms, False)(text)
+        words = _splitter(short, analysis.acronyms, analysis.symbols, False)(text)
         cjk = []
     else:
-        words = _splitter(short, analysis.acronyms, True)(_CJK.sub(" ", text))
+        words = _splitter(short, analysis.acronyms, analysis.symbols, True)(_CJK.sub(" ", text))
         cjk = [f"\x00{t}" for run in _CJK.findall(text) for t in _cjk_terms(run)]
     if analysis.acronyms:
         words = [w.replace(".", "") for w in words]
-    return words + cjk
+    return words + cjk + labels
 
 
 def analysis_of(analyzer: str | Analysis) -> Analysis:

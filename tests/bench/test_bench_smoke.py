@@ -480,12 +480,15 @@ def test_lexical_analyzer(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     run_bench("bench/lexical_analyzer.py", "choose", "--train", tiny_squad, "--articles", 8, "--out", out)
     run_bench("bench/lexical_analyzer.py", "check", "--index", squad_index, "--model", tiny_model_dir, "--questions",
               tiny_squad, "--work", tmp_path, "--out", out)
+    run_bench("bench/lexical_analyzer.py", "choose", "--train", tiny_squad, "--articles", 8, "--analyzer", "folded2",
+              "--against", "folded", "--out", out)
     r = results(out, "training_choice.runs.folded.acc@1", "training_choice.runs.folded2.acc@5",
-                "validation_check.runs")  # check keeps what choose wrote
+                "training_choice_folded3.runs.folded3.acc@1", "validation_check.runs")  # each keeps what others wrote
     runs = r["validation_check"]["runs"]
     assert set(runs) == {f"{a}/{m}" for a in ("folded", "folded2") for m in ("hybrid", "lexical")}
     assert all("passage" in metrics for metrics in runs.values())
     assert {"folded2 -question_words", "folded +digits"} <= set(r["training_choice"]["runs"])
+    assert {"folded2 +symbols", "folded2 +labels=any", "folded3 -labels"} <= set(r["training_choice_folded3"]["runs"])
 
 
 @pytest.mark.slow

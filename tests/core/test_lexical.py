@@ -312,7 +312,7 @@ def test_lexical_and_hybrid_need_the_question_texts(tiny_searcher):
     ("龙井茶", ["龙井", "井茶"]), ("茶", ["茶"]), ("富士山の", ["富士", "士山", "山の"]),  # character pairs
 ])
 def test_the_folded_analyzer_reads_words_however_they_are_written(text, terms):
-    assert tokenize([text], "folded") == tokenize([text], "folded2") == [terms]
+    assert tokenize([text], "folded") == tokenize([text], "folded2") == tokenize([text], "folded3") == [terms]
 
 
 @pytest.mark.parametrize(("text", "terms"), [
@@ -360,8 +360,39 @@ def test_an_index_built_with_folded_keeps_it_and_finds_what_it_found_before(tmp_
 
 
 def test_an_unknown_analyzer_is_refused_by_name():
-    with pytest.raises(ValueError, match="unknown lexical analyzer 'folded3'; known: plain, folded, folded2"):
-        tokenize(["x"], "folded3")
+    with pytest.raises(ValueError, match="unknown lexical analyzer 'folded9'; known: plain, folded, folded2, folded3"):
+        tokenize(["x"], "folded9")
+
+
+@pytest.mark.parametrize(("text", "terms"), [
+    ("C++", ["c++"]), ("Ｃ＃ and F#", ["c#", "f#"]), ("C, C++ and C#", ["c", "c++", "c#"]),  # three terms
+    ("vitamin A", ["vitamin", "a"]), ("Group A streptococcus", ["group", "a", "streptococcus"]),
+    ("Vitamin A.", ["vitamin", "a"]), ("blood type A-positive", ["blood", "type", "a", "posit"]),
+    ("it has a cat", ["has", "cat"]), ("A cat. A dog", ["cat", "dog"]), ("Is it A?", []),  # an article, or after a stop word
+    ("vitamin a", ["vitamin"]),  # written small it reads as the article
+    ("Tom's A", ["tom"]),  # (not the "s" of an apostrophe's: the letter follows no word)
+])
+def test_folded3_keeps_languages_named_by_a_letter_and_a_capital_letter_after_a_word(text, terms):
+    assert sorted(tokenize([text], "folded3")[0]) == sorted(terms)  # (a kept letter comes after the words)
+
+
+def test_folded3_tells_c_from_c_plus_plus_and_finds_vitamin_a():
+    """BM25 with ``folded3`` finds the passage on C# for "C#", on C++ for "C++", and the vitamin A passage for
+    "vitamin A" (with ``folded2`` the three languages were one term "c", and "vitamin A" was "vitamin")."""
+    passages = ["C is a systems language.", "C++ adds classes to C.", "C# runs on .NET.",
+                "Vitamin D is made in the skin.", "Vitamin A is found in carrots."]
+    asked = ["What is C#?", "Who made C++?", "Which food has vitamin A?"]
+    ids, _ = LexicalIndex.build(passages, "folded3").top(asked, 1)
+    assert ids[:, 0].tolist() == [2, 1, 4]
+    old, _ = LexicalIndex.build(passages, "folded2").top(asked, 1)
+    assert old[:, 0].tolist() != [2, 1, 4]
+
+
+def test_an_index_built_with_folded2_keeps_its_terms_when_folded3_exists(tmp_path):
+    """``folded2`` is what it was: an index built with it loads with it, and its terms are those it had."""
+    LexicalIndex.build([passage_text(t, p) for t, p in ANALYZED], "folded2").save(tmp_path / "lex")
+    lexical = LexicalIndex.load(tmp_path / "lex")
+    assert lexical.analyzer == "folded2" and lexical.tokenize(["C++ and C#, vitamin A"]) == [["c", "c", "vitamin"]]
 
 
 def test_a_subset_fused_against_its_whole_list_scores_as_it_does_in_the_list():

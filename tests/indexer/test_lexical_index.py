@@ -120,8 +120,8 @@ def test_cli_add_lexical_rebuilds_with_the_analyzer_it_names(tmp_path, tiny_inde
     assert main(["index", "add-lexical", str(index), "--analyzer", "folded2"]) == 0
     assert json.loads(capsys.readouterr().out)["analyzer"] == "folded2" == PhraseIndex(index).lexical.analyzer
     with pytest.raises(SystemExit) as exit_:
-        main(["index", "add-lexical", str(index), "--analyzer", "folded3"])
-    assert exit_.value.code == 2 and "invalid choice: 'folded3'" in capsys.readouterr().err
+        main(["index", "add-lexical", str(index), "--analyzer", "folded9"])
+    assert exit_.value.code == 2 and "invalid choice: 'folded9'" in capsys.readouterr().err
     assert PhraseIndex(index).lexical.analyzer == "folded2"
     assert main(["index", "add-lexical", str(index)]) == 0
     assert phrase_index.Manifest.load(index).lexical["analyzer"] == "folded"
@@ -139,11 +139,12 @@ def test_cli_build_takes_the_analyzer_it_names_and_refuses_an_unknown_one_listin
     with pytest.raises(SystemExit) as exit_:
         main([*common, "--out", str(out), "--analyzer", "folded9"])
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and "invalid choice: 'folded9'" in err and "'plain', 'folded', 'folded2'" in err
+    assert exit_.value.code == 2 and "invalid choice: 'folded9'" in err
+    assert "'plain', 'folded', 'folded2', 'folded3'" in err
     assert not out.exists()
     assert main([*common, "--out", str(out), "--analyzer", "folded2"]) == 0
     assert phrase_index.Manifest.load(out).lexical["analyzer"] == "folded2" == PhraseIndex(out).lexical.analyzer
-    with pytest.raises(ValueError, match="analyzer 'folded9' is not a lexical analyzer; known: plain, folded, folded2"):
+    with pytest.raises(ValueError, match="'folded9' is not a lexical analyzer; known: plain, folded, folded2, folded3"):
         BuildOptions(analyzer="folded9")  # type: ignore[arg-type]  (the library refuses it too)
 
 
