@@ -9,12 +9,19 @@ Also fits the fusion weights on training questions.
     # are core.lexical.DEFAULT_FUSION, which a new index records; `run --weights` measures others)
     python bench/hybrid.py fit --index TRAIN_INDEX --questions train-articles.json.gz --model default \
         --out bench/results/hybrid_fit.json
+    # compare indexes of the same passages (one lexical part against another, each with its recorded weights) on the
+    # same questions: each one's metrics and each later one's per-question difference from the first
+    python bench/hybrid.py compare --index VAL_INDEX VAL_INDEX_2 --questions validation.json.gz --model default \
+        --configs hybrid_score bm25 --out bench/results/compare.json
 
 ``run`` reports, for the modes dense, lexical (BM25: bm25s with stemming and stop words over title + passage),
 hybrid with reciprocal rank fusion and hybrid with score fusion: passage acc@1/5/20 and MRR@20, phrase EM@1 and
 F1@1 (top phrase), doc acc@1, and phrase-search questions/s at batch 64 for dense and hybrid, timed in one run on
 the same index with batches interleaved (search only, questions encoded beforehand; and end to end with encoding).
-Questions are encoded once; every mode searches the same vectors.
+Questions are encoded once; every mode searches the same vectors. ``compare`` reports, per configuration and index,
+the same metrics and, for each index after the first, its difference from the first with a 95% bootstrap interval
+over articles (questions of one article move together: ``bench/paired_models.py``), the questions it gets right that
+the first misses and the reverse, and McNemar's z.
 """
 
 from __future__ import annotations
@@ -27,8 +34,9 @@ from pathlib import Path
 
 import numpy as np
 from machine import cpu_name  # bench/ is on sys.path when run as a script
+from paired_models import paired
 
-from spanseek.core.evaluate import answer_scores, sample_questions
+from spanseek.core.evaluate import answer_scores, document_groups, sample_questions
 from spanseek.core.io import Question, load_squad, squad_questions, write_json_atomic
 from spanseek.core.loading import open_searcher
 from spanseek.core.metrics import accuracy_at, exact_match, mrr_at, passage_has_answer, pct
@@ -53,12 +61,12 @@ def search_all(searcher, texts: list[str], q_start: np.ndarray, q_end: np.ndarra
                                              texts[a : a + BATCH])]
 
 
-def unit_metrics(searcher, qs: list[Question], q_start, q_end, base: SearchParams, units=UNITS,
-                 weights: dict[str, float] | None = None) -> dict:
-    """Phrase EM@1/F1@1, passage acc@1/5/20 + MRR@20 and doc acc@1 of one configuration (``weights``: per-unit
-    lexical weights instead of the index's, for the hybrid modes)."""
+def question_values(searcher, qs: list[Question], q_start, q_end, base: SearchParams, units=UNITS,
+                    weights: dict[str, float] | None = None) -> dict[str, list[float]]:
+    """Each question's phrase EM@1/F1@1 ("phrase.em@1", ...), passage acc@1/5/20 and MRR@20 and doc acc@1 under one
+    configuration (``weights``: per-unit lexical weights instead of the index's, for the hybrid modes)."""
     texts = [q.question for q in qs]
-    out: dict = {}
+    out: dict[str, list[float]] = {}
 
     def params(unit: str, top_k: int) -> SearchParams:
         weight = (weights or {}).get(unit) if base.mode == "hybrid" else None
@@ -66,17 +74,27 @@ def unit_metrics(searcher, qs: list[Question], q_start, q_end, base: SearchParam
 
     if "phrase" in units:
         hits = search_all(searcher, texts, q_start, q_end, params("phrase", 1))
-        scores = np.asarray([answer_scores(h[0].text if h else None, q.answers) for h, q in zip(hits, qs, strict=True)])
-        out["phrase"] = {"em@1": pct(float(scores[:, 0].mean())), "f1@1": pct(float(scores[:, 1].mean()))}
+        scores = [answer_scores(h[0].text if h else None, q.answers) for h, q in zip(hits, qs, strict=True)]
+        out["phrase.em@1"], out["phrase.f1@1"] = [s[0] for s in scores], [s[1] for s in scores]
     if "passage" in units:
         hits = search_all(searcher, texts, q_start, q_end, params("passage", 20))
         ok = [[passage_has_answer(h.passage, q.answers) for h in row] for row, q in zip(hits, qs, strict=True)]
-        out["passage"] = {"acc@1": pct(accuracy_at(ok, 1)), "acc@5": pct(accuracy_at(ok, 5)),
-                          "acc@20": pct(accuracy_at(ok, 20)), "mrr@20": pct(mrr_at(ok, 20))}
+        out |= {f"passage.acc@{k}": [accuracy_at([row], k) for row in ok] for k in (1, 5, 20)}
+        out["passage.mrr@20"] = [mrr_at([row], 20) for row in ok]
     if "doc" in units:
         hits = search_all(searcher, texts, q_start, q_end, params("doc", 1))
-        out["doc"] = {"acc@1": pct(accuracy_at([[h.title == q.title for h in row] for row, q in
-                                                zip(hits, qs, strict=True)], 1))}
+        out["doc.acc@1"] = [accuracy_at([[h.title == q.title for h in row]], 1) for row, q in zip(hits, qs, strict=True)]
+    return out
+
+
+def unit_metrics(searcher, qs: list[Question], q_start, q_end, base: SearchParams, units=UNITS,
+                 weights: dict[str, float] | None = None) -> dict:
+    """Phrase EM@1/F1@1, passage acc@1/5/20 + MRR@20 and doc acc@1 of one configuration (``question_values``, each
+    the mean over the questions)."""
+    out: dict = {}
+    for name, values in question_values(searcher, qs, q_start, q_end, base, units, weights).items():
+        unit, metric = name.split(".")
+        out.setdefault(unit, {})[metric] = pct(float(np.mean(values)))
     return out
 
 
@@ -209,6 +227,33 @@ def fit_rerank(searcher, qs: list[Question], q_start: np.ndarray, q_end: np.ndar
             "candidates": len(x)}
 
 
+def compare(args: argparse.Namespace) -> dict:
+    """Each configuration on each of ``--index`` (the same passages, the same model), and each later index's paired
+    difference from the first (module docstring)."""
+    searchers = [open_searcher(index, args.model) for index in args.index]
+    qs = sample_questions(squad_questions(load_squad(args.questions)), args.limit)
+    q_start, q_end = encode(searchers[0], qs)  # (one model: every index searches the same vectors)
+    names = [str(index) for index in args.index]
+    results: dict = {}
+    for config in args.configs:
+        runs = [{"per_question": {"id": [q.id for q in qs], "document": document_groups(qs),
+                                  **question_values(s, qs, q_start, q_end, SearchParams(**CONFIGS[config]),
+                                                    tuple(args.units))}} for s in searchers]
+        metrics = tuple(k for k in runs[0]["per_question"] if "." in k)
+        results[config] = {
+            "metrics": {name: {m: pct(float(np.mean(r["per_question"][m]))) for m in metrics}
+                        for name, r in zip(names, runs, strict=True)},
+            "against_first": {name: paired(runs[0], r, metrics) for name, r in zip(names[1:], runs[1:], strict=True)}}
+        print(config, json.dumps(results[config]), flush=True)
+    report = {"questions": args.questions, "n_questions": len(qs), "model": args.model, "indexes": {
+        name: {"lexical": {k: v for k, v in (s.index.manifest.lexical or {}).items() if k in ("analyzer", "method")},
+               "fusion_defaults": s.index.fusion_defaults} for name, s in zip(names, searchers, strict=True)},
+        "results": results, "cpu": cpu_name()}
+    if args.out:
+        write_json_atomic(args.out, report)
+    return report
+
+
 def parse_weights(text: str) -> dict[str, float]:
     """'phrase=2,passage=0.5' -> {'phrase': 2.0, 'passage': 0.5}."""
     try:
@@ -220,16 +265,17 @@ def parse_weights(text: str) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("command", choices=["run", "fit"])
-    ap.add_argument("--index", required=True, type=Path)
+    ap.add_argument("command", choices=["run", "fit", "compare"])
+    ap.add_argument("--index", required=True, type=Path, nargs="+",
+                    help="the index (compare: two or more indexes of the same passages, the first the reference)")
     ap.add_argument("--questions", required=True)
     ap.add_argument("--model", default="default")
     ap.add_argument("--limit", type=int, default=None, help="a fixed random sample of N questions")
     ap.add_argument("--speed-questions", type=int, default=1024, help="questions timed per mode (run; 0: no timing)")
     ap.add_argument("--speed-batch", type=int, default=BATCH, help="batch size of the q/s comparison (run)")
-    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS), help="modes to measure (run)")
+    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS), help="modes to measure (run, compare)")
     ap.add_argument("--speed-only", action="store_true", help="run: only the q/s comparison")
-    ap.add_argument("--units", nargs="+", default=list(UNITS), choices=UNITS, help="units to measure (run)")
+    ap.add_argument("--units", nargs="+", default=list(UNITS), choices=UNITS, help="units to measure (run, compare)")
     ap.add_argument("--weights", type=parse_weights, default=None,
                     help="run, fit --rerank-only: per-unit lexical weights instead of the index's, e.g. "
                          "phrase=2,passage=0.5,doc=0.5")
@@ -237,7 +283,13 @@ def main() -> None:
     ap.add_argument("--rerank-only", action="store_true", help="fit: only the re-ranking, under the index's weights")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    (run if args.command == "run" else fit)(args)
+    if args.command != "compare":
+        if len(args.index) != 1:
+            ap.error(f"{args.command} takes one --index")
+        args.index = args.index[0]
+    elif len(args.index) < 2:
+        ap.error("compare needs two or more indexes: a reference and one to compare with it")
+    {"run": run, "fit": fit, "compare": compare}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -31,14 +31,15 @@ from spanseek.core.metrics import cluster_bootstrap_ci, mcnemar_z, pct  # noqa: 
 METRICS = ("rc.em", "phrase.em@1", "passage.acc@5")
 
 
-def paired(reference: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
-    """``other``'s per-question differences from ``reference`` (the same questions, in the same order), the intervals
-    resampling each question's document (``core.evaluate.document_groups``, as ``spanseek eval``)."""
+def paired(reference: dict[str, Any], other: dict[str, Any], metrics: tuple[str, ...] = METRICS) -> dict[str, Any]:
+    """``other``'s per-question differences from ``reference`` (the same questions, in the same order) in each of
+    ``metrics``, the intervals resampling each question's document (``core.evaluate.document_groups``, as ``spanseek
+    eval``)."""
     a, b = reference["per_question"], other["per_question"]
     if a["id"] != b["id"]:
         raise ValueError("the two evaluations asked different questions")
     out: dict[str, Any] = {}
-    for name in METRICS:
+    for name in metrics:
         x, y = np.asarray(a[name], dtype=np.float64), np.asarray(b[name], dtype=np.float64)
         gained, lost = int(((y > 0) & (x == 0)).sum()), int(((x > 0) & (y == 0)).sum())
         out[name] = {"difference": pct(float(np.mean(y - x))),

@@ -453,6 +453,19 @@ def test_hybrid_run(tmp_path, squad_index, tiny_model_dir, tiny_squad):
                 "results.hybrid_rrf.passage.mrr@20", "results.hybrid_score.doc.acc@1",
                 "throughput_batch64.hybrid_vs_dense_search", "throughput_batch64.hybrid_vs_dense_end_to_end")
     assert r["n_questions"] == 16 and positive(r["throughput_batch64"]["hybrid_vs_dense_search"])
+    run_bench("bench/hybrid.py", "compare", "--index", squad_index, squad_index, "--model", tiny_model_dir,
+              "--questions", tiny_squad, "--limit", 16, "--configs", "hybrid_score", "bm25", "--out",
+              tmp_path / "compare.json")
+    r = results(tmp_path / "compare.json", "cpu", "indexes", "results.hybrid_score.against_first",
+                "results.bm25.metrics")
+    name = str(squad_index)  # (a path: not looked up through results' dots)
+    assert r["indexes"][name]["lexical"]["analyzer"] == "folded"
+    for config in ("hybrid_score", "bm25"):
+        assert {"phrase.em@1", "phrase.f1@1", "passage.acc@1", "passage.acc@5", "doc.acc@1"} <= set(
+            r["results"][config]["metrics"][name])
+    same = r["results"]["hybrid_score"]["against_first"][name]["phrase.em@1"]  # (an index against itself)
+    assert len(same["ci95_over_articles"]) == 2
+    assert same["difference"] == 0 and same["gained"] == same["lost"] == 0
 
 
 @pytest.mark.slow
