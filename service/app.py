@@ -337,7 +337,7 @@ class ServiceState:
         self.cost = CostModel(searcher.selection(None).unit_count,
                               int(searcher.index.faiss.ntotal), self.settings.default_top_k,
                               reading.reading.read_passages if reading is not None else None, searcher.default_mode,
-                              self.settings.unanswerable_prior)
+                              self.settings.unanswerable_prior, m.filter_threshold is None)
         self.metrics.set_index(m.tokens, int(index.faiss.ntotal), m.passages, m.documents, size)
         if self.live is not None:  # with writes: what searches see, not the base's manifest
             self.described = {**dict(list(self.described.items())[-1:]), str(index.dir.resolve()): self.info["index"]}

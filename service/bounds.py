@@ -122,10 +122,11 @@ def least_hits(params: SearchParams, cost: CostModel) -> int:
     """Hits the search is sure to give each question with text, known before it runs: a passage or document search
     fills its page from the index's units (``core.dense``: it deepens until ``depth`` units are found, and a hybrid
     ranking holds the dense one's), unless a filter, abstention (``min_confidence``), collapsing copies or reading may
-    leave some out; 0 otherwise (a phrase search may find fewer phrases than asked: overlapping ones are dropped)."""
+    leave some out, or the index has a token filter (a passage none of whose tokens it kept is never found); 0
+    otherwise (a phrase search may find fewer phrases than asked: overlapping ones are dropped)."""
     mode = params.mode or cost.default_mode
     if (params.unit == "phrase" or mode == "lexical" or params.filter is not None or params.read
-            or params.min_confidence is not None or params.collapse_duplicates):
+            or params.min_confidence is not None or params.collapse_duplicates or not cost.every_token_indexed):
         return 0
     return max(0, min(params.top_k, min(params.depth, cost.units.get(params.unit, 0)) - params.offset))
 

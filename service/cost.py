@@ -92,6 +92,9 @@ class CostModel:
     read_passages: int | None = None
     default_mode: str = "hybrid"  # the index's, for requests that name no mode
     unanswerable_prior: float = 0.0  # the server's, for requests that give none
+    # whether every token of every passage is indexed (no token filter): then a passage or document search finds every
+    # unit; a filter may leave a passage without an indexed token, which no dense search finds (service.bounds)
+    every_token_indexed: bool = True
 
     def question(self, params: SearchParams) -> float:
         """Question-equivalents of one question searched with ``params``: its searches and its reading."""

@@ -193,3 +193,28 @@ def test_an_answer_sure_to_pass_the_limit_is_refused_before_it_is_searched(setti
         r = c.post(f"/search?unit={unit}", json=body)
         assert r.status_code == 200 and [len(x["hits"]) for x in r.json()["results"]] == [
             min(top_k, units[unit])] * 16 + [0]
+
+
+def test_a_page_an_index_with_a_token_filter_may_not_fill_is_searched_before_it_is_judged(
+        tmp_path, tiny_corpus, filter_model_dir, settings_for):
+    """A token filter may leave a passage none of whose tokens is indexed, which no search finds, so a passage search
+    of such an index can answer fewer hits than top_k: its answer is judged once searched, not as a full page before
+    (an answer of a few kB, under the limit, was refused as "at least" a full page's 20 kB)."""
+    from spanseek.core.loading import open_searcher
+    from spanseek.indexer.build import BuildOptions, build_index
+    from spanseek.service.bounds import HIT_OVERHEAD_BYTES
+    from tests.service.conftest import serving
+
+    index = tmp_path / "filtered"
+    build_index(tiny_corpus, filter_model_dir, index, BuildOptions(progress=False, precision="fp32",
+                                                                    filter_threshold=0.55))
+    searcher = open_searcher(index, filter_model_dir, device="cpu", precision="fp32")
+    questions = [f"who built the castle {i}?" for i in range(8)]
+    body = {"queries": questions, "top_k": 24, "mode": "dense"}  # every one of the index's 24 passages asked for
+    full_page = sum(map(len, questions)) + 64 * len(questions) + len(questions) * 24 * (HIT_OVERHEAD_BYTES + 2)
+    settings = settings_for(index=index, model=str(filter_model_dir), max_request_cost=1000.0,
+                            max_response_bytes=full_page - 1)
+    with serving(create_app(settings, lambda s: searcher)) as c:
+        r = c.post("/search?unit=passage", json=body)
+        assert r.status_code == 200, r.text
+        assert len(r.content) < full_page / 2  # few passages found: far below what a full page would take
