@@ -340,10 +340,13 @@ def _transport_failure(error: httpx.TransportError, method: str, base: str, path
     if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout):
         what = f"could not connect (is the service running at {base}?)"
     elif isinstance(error, httpx.PoolTimeout):
-        what = f"no connection of the client's pool came free within {timeout.pool:g} s"
+        what = f"no connection of the client's pool came free within {_seconds(timeout.pool)}"
+    elif isinstance(error, httpx.WriteTimeout):
+        what = (f"the request could not be sent within the client's write timeout ({_seconds(timeout.write)}); not "
+                "sent again, as the server may have begun it: give a longer timeout, or send less")
     elif isinstance(error, httpx.TimeoutException):
-        what = (f"no answer within the client's timeout ({timeout.read:g} s); not sent again, as the server may "
-                "still be working on it: give a longer timeout, or ask for less")
+        what = (f"no answer within the client's timeout ({_seconds(timeout.read)}); not sent again, as the server "
+                "may still be working on it: give a longer timeout, or ask for less")
     elif isinstance(error, DROPPED_ERRORS):
         what = "the connection was closed before the whole answer came"
         if not is_idempotent(method, path):
@@ -357,6 +360,11 @@ def _transport_failure(error: httpx.TransportError, method: str, base: str, path
     plural = "try" if tries == 1 else "tries"
     return type(error)(f"{method} {base}{path}: {what} ({type(error).__name__}: {error or 'no detail'}; {tries} "
                        f"{plural})", request=request)
+
+
+def _seconds(limit: float | None) -> str:
+    """A timeout of ``httpx.Timeout`` in words (None: none set, as a transport's own timeout may run out)."""
+    return "none set" if limit is None else f"{limit:g} s"
 
 
 def _last_outcome(state: RetryCallState) -> Any:

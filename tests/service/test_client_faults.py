@@ -149,6 +149,22 @@ def test_a_server_slower_than_the_timeout_is_given_up_on_with_a_clear_error(fake
                                    "sent again, as the server may still be working on it"), str(e.value)
 
 
+def test_a_request_the_server_does_not_take_in_time_is_given_up_on_with_its_write_timeout(waits):
+    """A server that takes no bytes (it stalls, or the network does): the body cannot be sent within the write
+    timeout, and the error is httpx's WriteTimeout naming that timeout, also with no read timeout set (a client that
+    waits for slow writes' answers as long as they take; the error was a TypeError then)."""
+    listener = socket.create_server(("127.0.0.1", 0))  # connections are taken (the backlog), never read
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        with Client(url, timeout=httpx.Timeout(0.2, read=None)) as client, pytest.raises(httpx.WriteTimeout) as e:
+            client.upsert_file(b"x" * (32 << 20), name="big.txt")  # more than the sockets' buffers hold
+    finally:
+        listener.close()
+    assert str(e.value).startswith(f"PUT {url}/files/big%2Etxt: the request could not be sent within the client's "
+                                   "write timeout (0.2 s); not sent again"), str(e.value)
+    assert waits == []
+
+
 def test_a_service_that_is_not_there_is_named(waits):
     listener = socket.create_server(("127.0.0.1", 0))
     url = f"http://127.0.0.1:{listener.getsockname()[1]}"
