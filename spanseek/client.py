@@ -15,11 +15,12 @@ metadata, by metadata); on a server with writes on (``SPANSEEK_WRITES=1``) and w
 or by filter) and ``compact``.
 
 Retries (tenacity): a 429 (queue full), a 503 (loading, or shutting down) and a failed connection are tried again,
-up to ``max_retries`` times and ``max_retry_time`` seconds in all. A search, another read or a write by id (``PUT``,
-``DELETE``: sending it twice does what sending it once does) whose connection was closed before its whole answer came
-(a kept-alive connection the server closed as it was sent, a reset in the middle of the answer) is sent again once, at
-once; an add, a delete by filter, a compaction or a reload is not (the server may have done it), nor is a request
-that timed out (the server may still be working on it). The wait is the server's ``Retry-After`` when it
+up to ``max_retries`` times and ``max_retry_time`` seconds in all. A search, another read or a write by id (``PUT``:
+sending it twice does what sending it once does, and answers the same) whose connection was closed before its whole
+answer came (a kept-alive connection the server closed as it was sent, a reset in the middle of the answer) is sent
+again once, at once; an add, a delete (by id: sent again after the first deleted the document, it would answer that
+no document has the id), a compaction or a reload is not (the server may have done it), nor is a request that timed
+out (the server may still be working on it). The wait is the server's ``Retry-After`` when it
 gives a usable one (seconds or an HTTP date; negative or NaN values are ignored) plus a random share of
 ``backoff``, else an exponential back-off with jitter (``backoff`` x 2^n plus up to ``backoff``); never more than
 ``max_retry_wait`` at a time. Other answers are not retried. A non-2xx answer raises an ``APIError`` subclass
@@ -327,10 +328,11 @@ def is_read(method: str, path: str) -> bool:
 
 
 def is_idempotent(method: str, path: str) -> bool:
-    """Whether sending the request twice does what sending it once does: a read, or a write by id (``PUT`` replaces
-    the documents of its ids, ``DELETE`` removes one by id). An add (``POST /documents``, ``POST /files/...``), a
-    delete by filter, a compaction or a reload is not: the second could refuse what the first did, or do more."""
-    return is_read(method, path) or method in ("PUT", "DELETE")
+    """Whether sending the request twice does what sending it once does, and answers what it would have: a read, or a
+    write by id (``PUT`` replaces the documents of its ids). An add (``POST /documents``, ``POST /files/...``), a
+    delete, a compaction or a reload is not: the second could refuse what the first did (a delete by id answers 404,
+    read as "no document had the id", once the first deleted it), or do more."""
+    return is_read(method, path) or method == "PUT"
 
 
 def _transport_failure(error: httpx.TransportError, method: str, base: str, path: str, tries: int,

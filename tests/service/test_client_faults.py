@@ -1,7 +1,7 @@
 """spanseek.client against a tiny fake server over real sockets, which misbehaves as servers and networks do: 429 and
 503 with Retry-After, a connection reset in the middle of an answer, a server slower than the client's timeout, a
 cursor whose ranking is gone. What is safe to send again is sent again (searches, reads, writes by id), nothing else
-is, and what is given up on says what happened.
+is (adds, deletes), and what is given up on says what happened.
 
     .venv/bin/python -m pytest -q tests/service/test_client_faults.py
 """
@@ -126,6 +126,20 @@ def test_an_answer_cut_by_a_reset_is_asked_again_where_that_is_safe(fake, waits)
     assert message.startswith(f"POST {server.url}/documents: the connection was closed before the whole answer came; "
                               "not sent again, as the server may have done it"), message
     assert message.endswith("; 1 try)")
+
+
+def test_a_delete_by_id_whose_answer_is_cut_is_not_sent_again(fake, waits):
+    """The first try deleted the document; sent again, the server would answer 404 for it, which the client reads as
+    "no document had this id" ([]): a delete that deleted the document answered that it deleted none. The error
+    says it was not sent again, as a cut add's does."""
+    deleted = {"deleted": ["a"], "count": 1, "request_id": "r1"}
+    gone = {"error": "not_found", "message": "no document 'a'", "request_id": "r2"}
+    server = fake(cut(deleted), ok(gone, 404))
+    with Client(server.url) as client, pytest.raises(httpx.TransportError) as e:
+        client.delete("a")
+    assert server.seen == ["DELETE /documents/a"] and waits == []
+    assert str(e.value).startswith(f"DELETE {server.url}/documents/a: the connection was closed before the whole "
+                                   "answer came; not sent again, as the server may have done it"), str(e.value)
 
 
 async def test_the_async_client_asks_a_cut_search_again_and_not_an_add(fake, waits):
