@@ -57,8 +57,9 @@ class StyleRules:
                 depth = max(depth - 1, 0)
                 start = at + 1 if depth == 0 else start
                 continue
-            prelude = css[start:at].rsplit(";", 1)[-1].strip()  # (after an "@import ...;" before it)
-            if depth == 0 and not prelude.startswith("@"):
+            # a selector, after an "@import ...;" before it, read at the top level only (read at every brace inside
+            # an at-rule's block, from the block's start, it took time quadratic in the block's length)
+            if depth == 0 and not (prelude := css[start:at].rsplit(";", 1)[-1].strip()).startswith("@"):
                 end = css.find("}", at)
                 self._rule(prelude, css[at + 1:end if end >= 0 else len(css)])
             depth += 1
