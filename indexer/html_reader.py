@@ -22,7 +22,7 @@ from spanseek.indexer.html_shown import (
     list_start,
     quote_marks,
 )
-from spanseek.indexer.html_styles import StyleRules
+from spanseek.indexer.html_styles import StyleRules, shown_again
 from spanseek.indexer.html_tables import Table
 from spanseek.indexer.html_tree import (
     BLOCK,
@@ -132,6 +132,12 @@ class HTMLText(HTMLParser):
         self._pre = 0  # open <pre> elements
         self._inline = 0  # open tables in a table's cell, read as its text
         self._hidden: list[str] = []  # a hidden element (``hidden_element``) being read, and the elements open inside it
+        # where in ``_hidden`` an element hides all inside it (``display: none``, the ``hidden`` attribute, a sheet's
+        # rule), None where ``visibility: hidden`` alone hides them: an element in it may show again (``_hide``)
+        self._cut_at: int | None = None
+        # each element shown again inside elements ``visibility: hidden`` hides, innermost last: the hidden elements
+        # open around it (``_hidden`` when it started), and it with the elements open in it
+        self._islands: list[tuple[list[str], list[str]]] = []
         self._apart: dict[str, int] = {}  # the open controls read apart (``_apart``): how many of each tag
         # where the last such control ended: the text it is in and that text's length then, so that the next one set
         # right after it reads apart from it
@@ -222,13 +228,29 @@ class HTMLText(HTMLParser):
         """Whether a start tag is in a hidden element (``hidden_element``) or opens one, keeping count of the elements open
         in it: its text is not read. A tag that ends it as a browser would (``_SELF_ENDING``) ends it, as does (in
         ``handle_endtag``) the end of an element around it where it is left open."""
+        named = dict(attrs)
         if self._hidden and self._hidden[0] in _SELF_ENDING:
             ends, keeps = _SELF_ENDING[self._hidden[0]]
             if tag in ends and keeps.isdisjoint(self._hidden[1:]):
-                self._hidden = []
-        if tag not in _VOID and (self._hidden or (tag not in SHOWN_LATER and not self._shown(tag, dict(attrs)))):
+                self._close_hidden(0)
+        cuts = hidden_element(named, visibility=False) or (self.styles is not None and self.styles.hides(tag, named))
+        if (self._hidden and self._cut_at is None and tag not in _VOID and not cuts
+                and shown_again(named.get("style") or "")):  # visibility: visible inside visibility: hidden
+            self._islands.append((self._hidden, []))
+            self._hidden = []
+        if tag not in _VOID and (self._hidden or (tag not in SHOWN_LATER and not self._shown(tag, named))):
+            if cuts and self._cut_at is None:
+                self._cut_at = len(self._hidden)
             self._hidden.append(tag)
+        elif tag not in _VOID and self._islands:
+            self._islands[-1][1].append(tag)
         return bool(self._hidden)
+
+    def _close_hidden(self, keep: int) -> None:
+        """Ends the hidden elements open in ``_hidden`` from its ``keep``-th on."""
+        del self._hidden[keep:]
+        if self._cut_at is not None and self._cut_at >= keep:
+            self._cut_at = None
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         shown = not self._hidden
@@ -342,15 +364,30 @@ class HTMLText(HTMLParser):
         self._text().append(text)
 
     def handle_endtag(self, tag: str) -> None:
+        if self._islands and not self._hidden:  # in an element shown again inside hidden ones (``_hide``)
+            around, open_ = self._islands[-1]
+            if tag in open_:
+                del open_[len(open_) - 1 - open_[::-1].index(tag):]
+            if not open_ or tag in around:  # its end (or, left open, the end of a hidden one around it)
+                self._islands.pop()
+                if open_:  # (the hidden element's end is read as such)
+                    self._hidden = around
+                else:
+                    self._end(tag)
+                    self._hidden = around
+                    return
+        self._end(tag)
+
+    def _end(self, tag: str) -> None:
         if self._hidden:
             if tag in self._hidden:  # close up to the matching element, as ``_skip`` does
-                del self._hidden[len(self._hidden) - 1 - self._hidden[::-1].index(tag):]
+                self._close_hidden(len(self._hidden) - 1 - self._hidden[::-1].index(tag))
                 return
             if tag not in _HOLDERS and self._hidden[0] in BLOCK:
                 return
             # a hidden element left open ("<li hidden>a</ul>", "<span hidden>a</p>") ends with the element around
             # it; an inline one ("<b><span hidden>a</b>") with any element around it
-            self._hidden = []
+            self._close_hidden(0)
         self._sup -= tag == "sup" and self._sup > 0
         self._forms -= tag == "form" and self._forms > 0
         if tag in FIELDS:

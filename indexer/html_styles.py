@@ -17,11 +17,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-__all__ = ["StyleRules", "hiding_declaration"]
+__all__ = ["StyleRules", "display_none", "hiding_declaration", "shown_again"]
 
-# a declaration that hides an element and its text: "display: none", "visibility: hidden" ("... !important" too)
-_HIDING = re.compile(r"(?:^|;)\s*(?:display\s*:\s*none|visibility\s*:\s*(?:hidden|collapse))\s*(?:!\s*important\s*)?"
-                     r"(?:;|$)", re.I)
+# a declaration of these values ("... !important" too)
+_DECLARATION = r"(?:^|;)\s*(?:{})\s*(?:!\s*important\s*)?(?:;|$)"
+# one that hides an element and its text: "display: none", "visibility: hidden"
+_HIDING = re.compile(_DECLARATION.format(r"display\s*:\s*none|visibility\s*:\s*(?:hidden|collapse)"), re.I)
+_DISPLAY_NONE = re.compile(_DECLARATION.format(r"display\s*:\s*none"), re.I)
+_VISIBLE = re.compile(_DECLARATION.format(r"visibility\s*:\s*visible"), re.I)
 # a declaration that sets the same properties to show the element (a later rule overriding a hiding one)
 _SHOWING = re.compile(r"(?:^|;)\s*(?:display|visibility)\s*:", re.I)
 _COMMENT = re.compile(r"/\*.*?(?:\*/|\Z)", re.S)
@@ -34,6 +37,18 @@ def hiding_declaration(declarations: str) -> bool:
     """Whether a rule's declarations (or an inline ``style``) hide the element: ``display: none`` or
     ``visibility: hidden``."""
     return bool(_HIDING.search(declarations))
+
+
+def shown_again(declarations: str) -> bool:
+    """Whether an inline ``style`` shows its element inside one that ``visibility: hidden`` hides: visibility is
+    inherited, and ``visibility: visible`` shows the element again (``display: none`` around it hides it whatever it
+    says)."""
+    return bool(_VISIBLE.search(declarations)) and not _HIDING.search(declarations)
+
+
+def display_none(declarations: str) -> bool:
+    """Whether declarations hide the element whatever its descendants say: ``display: none``."""
+    return bool(_DISPLAY_NONE.search(declarations))
 
 
 class StyleRules:

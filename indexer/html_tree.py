@@ -23,7 +23,7 @@ from typing import Any
 
 from spanseek.indexer.extracted import HEADER_LEVELS, stacked_names
 from spanseek.indexer.html_shown import check_boxes_as_text, list_numbers, quotes_and_ruby_as_text
-from spanseek.indexer.html_styles import hiding_declaration
+from spanseek.indexer.html_styles import display_none, hiding_declaration
 from spanseek.indexer.pdf_blocks import LTR_OVERRIDE, POP_OVERRIDE, RTL_OVERRIDE, overrides_read
 
 # Elements that end a paragraph where they start and where they end (and a line a <bdo> lays out: ``_bdo_as_shown``).
@@ -58,15 +58,16 @@ def code_lines(text: str) -> str:
     return "\n".join(" " * (len(line) - len(line.lstrip(" ")) - shared) + one_line(line) for line in lines)
 
 
-def hidden_element(attrs: Mapping[str, str | None]) -> bool:
+def hidden_element(attrs: Mapping[str, str | None], visibility: bool = True) -> bool:
     """Whether an element is not shown, its text with it: it has the ``hidden`` attribute (but "until-found", which
     a browser's find in page reveals) or an inline style that hides it (``display: none``, ``visibility: hidden``:
-    ``html_styles.hiding_declaration``); but a tab's panel (``role="tabpanel"``: sphinx-tabs and ARIA's tabs hide all
-    but the first), which its tab shows, is read."""
+    ``html_styles.hiding_declaration``; with ``visibility`` False, only what hides all inside it whatever they say,
+    not ``visibility: hidden``); but a tab's panel (``role="tabpanel"``: sphinx-tabs and ARIA's tabs hide all but the
+    first), which its tab shows, is read."""
     if "tabpanel" in (attrs.get("role") or "").lower().split():
         return False
     shown = "hidden" not in attrs or (attrs["hidden"] or "").strip().lower() == "until-found"
-    return not shown or hiding_declaration(attrs.get("style") or "")
+    return not shown or (hiding_declaration if visibility else display_none)(attrs.get("style") or "")
 
 
 # an in-page link whose text is only a symbol: a heading's permalink (Sphinx's and MkDocs' "¶"), a footnote's link

@@ -401,6 +401,21 @@ def test_text_the_book_s_own_style_sheets_hide_is_left_out(tmp_path):
         "An answer shown.", "A first paragraph.", "The bridge still stands."]
 
 
+def test_an_element_visibility_visible_shows_inside_one_visibility_hidden_hides(tmp_path):
+    """Visibility is inherited and a browser shows an element that says ``visibility: visible`` inside one that says
+    ``visibility: hidden``: its text was left out with the hidden one's. Inside ``display: none`` it stays hidden, and
+    the rest of the hidden element stays out."""
+    chapter = page('<h1>The ferry</h1><p>The ferry leaves the harbour at noon every day of the year.</p>'
+                   '<div style="visibility: hidden"><p style="visibility: visible">Tickets are sold at the quay.</p>'
+                   '<p>A placeholder.</p><div style="display: none"><p style="visibility: visible">Gone.</p></div>'
+                   '<p><span style="visibility: visible">Dogs travel <b>free</b></span> unseen.</p></div>'
+                   "<p>The crossing takes an hour.</p>")
+    path = write_epub(tmp_path / "ferry.epub", {"text/ch1.xhtml": chapter}, nav=None)
+    assert extract_epub(path).paragraphs == [
+        "The ferry", "The ferry leaves the harbour at noon every day of the year.", "Tickets are sold at the quay.",
+        "Dogs travel free", "The crossing takes an hour."]
+
+
 def test_a_large_style_sheet_and_many_classes_read_in_bounded_time(tmp_path):
     """A sheet of 20,000 rules and a document of 2,500 elements of 50 classes each read in time linear in their
     size; a head of 10,000 "<link"s without their ends is not searched to its end from each."""
