@@ -135,7 +135,9 @@ POINTS = {
     "second merge: old base being removed": ("shutil:rmtree", "base-000001#2", "before"),
     "second merge: old base removed": ("shutil:rmtree", "base-000001#2", "after"),
 }
-FAST = ("log line torn", "merge: committed")
+# by default one point, past a merge and the writes made during it (a torn last log line is dropped at replay in
+# tests/indexer/test_live.py, in process); each point costs a child that loads the model and runs the plan up to it
+FAST = ("merge: committed",)
 
 
 def decoded(d: dict):
