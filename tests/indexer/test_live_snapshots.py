@@ -63,6 +63,7 @@ def stress(store, encoder, published: list, writes: int, merges: int, seed: int)
     rng = random.Random(seed)
     done, failures, searched = threading.Event(), [], []
     base_ids = [d["id"] for d in make_corpus()]
+    made, written = [0], threading.Condition()  # the writes made so far
 
     def writer() -> None:
         for i in range(writes):
@@ -74,16 +75,27 @@ def stress(store, encoder, published: list, writes: int, merges: int, seed: int)
             elif pick < 0.35:
                 target = rng.choice(base_ids)
             elif pick < 0.5 and held:
+                target = None
                 store.delete([rng.choice(held + base_ids)])
-                continue
             else:
                 target = f"n{i}"
-            parsed = doc({**body, "id": target})
-            store.upsert([parsed], [encoder.encode(parsed)])
+            if target is not None:
+                parsed = doc({**body, "id": target})
+                store.upsert([parsed], [encoder.encode(parsed)])
+            with written:
+                made[0] += 1
+                written.notify_all()
 
     def merger() -> None:
-        for _ in range(merges):
-            store.merge(BuildOptions(shard_passages=7, progress=False, precision="fp32"))
+        # each merge once its share of the writes is made (started at once, they found nothing to merge and none
+        # ran), while the writes after it go on
+        for m in range(merges):
+            due = (m + 1) * writes // (merges + 1)
+            with written:
+                written.wait_for(lambda due=due: made[0] >= due or done.is_set())
+            if done.is_set():
+                return
+            assert store.merge(BuildOptions(shard_passages=7, progress=False, precision="fp32")) is not None
 
     def searcher() -> None:
         while not done.is_set():
@@ -99,6 +111,8 @@ def stress(store, encoder, published: list, writes: int, merges: int, seed: int)
         except BaseException as e:  # (re-raised in the test's thread)
             failures.append(e)
             done.set()
+            with written:  # (the merger waiting for writes stops)
+                written.notify_all()
 
     searchers = [threading.Thread(target=run, args=(searcher,)) for _ in range(2)]
     for t in searchers:
@@ -153,6 +167,7 @@ def test_each_search_sees_one_snapshot_while_writes_and_merges_run(writes, merge
     stores.append(store)
     try:
         searched = stress(store, encoder, published, writes, merges, seed=writes)
+        assert store.state["merges"] == merges
     finally:
         store.close()
     snapshots = {id(s): (s, hits) for s, hits in searched}
