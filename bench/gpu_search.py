@@ -25,10 +25,14 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch/faiss: spin-
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import argparse  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from machine import cpu_name  # noqa: E402  (bench/ is on sys.path when run as a script)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ helpers, even under PYTHONSAFEPATH
+from machine import cpu_name  # noqa: E402
 
 from spanseek.core.evaluate import sample_questions  # noqa: E402
 from spanseek.core.gpu import DeviceIndex, DeviceVectors, OnDevice, place  # noqa: E402

@@ -42,7 +42,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import aiohttp  # noqa: E402
 import numpy as np  # noqa: E402
-from machine import cpu_name  # noqa: E402  (bench/ is on sys.path when run as a script)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ helpers, even under PYTHONSAFEPATH
+from machine import cpu_name  # noqa: E402
 
 from spanseek.core.params import UNITS, SearchParams  # noqa: E402
 

@@ -275,13 +275,7 @@ def test_the_host_plans_documented_backbone_size_is_what_pack_makes(tmp_path):
 def test_the_checkout_becomes_the_package_where_spanseek_is_not_installed(tmp_path):
     """On a GPU host (no spanseek), the scripts' shim puts a package of the checkout first on PYTHONPATH, with every
     folder the installed package maps (./spanseek alone lacks them)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python3").write_text("#!/bin/sh\nexit 1\n")  # `import spanseek.trainer` fails, as there
-    (bin_dir / "python3").chmod(0o755)
-    got = subprocess.run(["bash", "-c", '. bench/gpu/checkout_package.sh && checkout_as_package "$1" && echo "$PYTHONPATH"',
-                          "_", str(tmp_path / "w")], cwd=ROOT, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
-                         check=True, capture_output=True, text=True).stdout.strip()
+    got = checkout_package_env(tmp_path)["PYTHONPATH"]
     pkg = tmp_path / "w" / "spanseek-pkg"
     assert got.split(":")[0] == str(pkg)
     code = "import importlib.util as u; print(*(u.find_spec(f'spanseek.{m}').origin for m in ('cli', 'core')))"
@@ -289,6 +283,34 @@ def test_the_checkout_becomes_the_package_where_spanseek_is_not_installed(tmp_pa
                              cwd=tmp_path, check=True, capture_output=True, text=True).stdout.split()
     assert origins == [str(pkg / "spanseek" / "cli.py"), str(pkg / "spanseek" / "core" / "__init__.py")]
     assert all((pkg / "spanseek" / d).resolve() == ROOT / d for d in ("indexer", "trainer", "service", "data"))
+
+
+def checkout_package_env(tmp_path: Path) -> dict[str, str]:
+    """The environment ``checkout_as_package`` leaves on a GPU host, where ``import spanseek.trainer`` fails."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "python3").write_text("#!/bin/sh\nexit 1\n")  # `import spanseek.trainer` fails, as there
+    (bin_dir / "python3").chmod(0o755)
+    got = subprocess.run(["bash", "-c", '. bench/gpu/checkout_package.sh && checkout_as_package "$1" && env -0',
+                          "_", str(tmp_path / "w")], cwd=ROOT, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+                         check=True, capture_output=True, text=True).stdout
+    env = dict(entry.split("=", 1) for entry in got.split("\0") if entry)
+    return {**env, "PATH": os.environ["PATH"]}
+
+
+@pytest.mark.slow  # each script's imports: torch, faiss, the service
+def test_every_bench_script_the_gpu_plans_run_starts_under_the_checkout_package(tmp_path):
+    """The shim's environment (PYTHONSAFEPATH: not the script's folder first on sys.path) still lets every bench
+    script the GPU plans run import its bench/ helpers: each one's --help exits 0."""
+    env = checkout_package_env(tmp_path)
+    assert env.get("PYTHONSAFEPATH") == "1"
+    plans = ("bench/gpu/host.sh", "bench/gpu/train_base.sh", "bench/gpu_training.sh")
+    scripts = sorted({s for plan in plans for s in re.findall(r"python3 (bench/\S+\.py)", (ROOT / plan).read_text())})
+    assert {"bench/gpu_search.py", "bench/service_load.py", "bench/gpu/teacher_cache.py"} <= set(scripts)
+    started = {s: subprocess.Popen([sys.executable, s, "--help"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE, text=True) for s in scripts}
+    failed = {s: p.communicate(timeout=120)[1][-300:] for s, p in started.items()}
+    assert {s: err for s, err in failed.items() if started[s].returncode != 0} == {}
 
 
 def test_host_measure_joins_ten_or_more_pieces_in_their_order(tmp_path):
