@@ -15,7 +15,7 @@
 # skeleton-minilm/ (the backbones' config and tokenizer files) and the first piece; each further folder one piece of
 # what a call carries beside the checkout (bench/gpu/carry_room.py: 43 MB beside the slimmed 21 MB, so .gpu/a,
 # .gpu/m1 and .gpu/b). INIT_FROM=core/models/base keeps that model's 13 MB of adapters in the checkout (slim the other
-# weights by name) and stage cuts smaller pieces, one folder more.
+# weights by name) and stage cuts smaller pieces (30 MB), two folders more: .gpu/m2 and .gpu/m3.
 #
 # probe: trains PROBE_STEPS steps of the recipe below on a randomly initialised copy of the backbone (same shapes,
 # same data, so the same speed) and writes .gpu/a/probe.json: steps/s and the seconds before the first step (data,
@@ -25,8 +25,9 @@
 # model directory in the checkout, such as core/models/base) continues training from that model instead of the bare
 # backbone.
 #
-# Time: every deadline of a call comes from TRAIN_S (default 480 s, under the device tool's 600 s a command): the
-# probe's runs, the teacher's run and the phrase run are each cut to what is left of it. 15 minutes of device time:
+# Time: every deadline of a call but the teacher's comes from TRAIN_S (default 480 s, under the device tool's 600 s a
+# command): the probe's runs, the teacher's logits and the phrase run are each cut to what is left of it; the
+# teacher's own run (TEACHER_S) to TEACHER_S + 30 s. 15 minutes of device time:
 # start-up about 120 s, probe about 90 s (60 s before the first step, 60 steps), one call for .gpu/m1 about 20 s,
 # train 480 s: 710 s, leaving 190 s for a rerun (train run again on the warm machine resumes from its last
 # checkpoint, 100 steps at most lost). On an H100 the probe measured 2.63 steps/s of 32 windows (bf16); 480 s of train
