@@ -88,7 +88,7 @@ SHARES="install:8 faiss:3 gpu_tests:12 data:4 index:18 gpu_search:15 service_phr
 T0=$(date +%s)
 W=${WORK:-/tmp/host}
 LOGS=$W/logs R=$W/results  # kept on a warm machine: a rerun skips the steps that finished and returns their JSON
-mkdir -p "$OUT" "$LOGS" "$R" || exit 1
+mkdir -p "$OUT" "$LOGS" "$R" && touch "$LOGS/steps.jsonl" || exit 1  # a summary before any step ran too
 left() { echo $((BUDGET - ($(date +%s) - T0))); }
 later_shares() {  # NAME: BUDGET's seconds that the steps after NAME are sure of
     local after=0 sum=0 entry

@@ -313,6 +313,27 @@ def test_every_bench_script_the_gpu_plans_run_starts_under_the_checkout_package(
     assert {s: err for s, err in failed.items() if started[s].returncode != 0} == {}
 
 
+def test_host_measure_outside_a_checkout_says_so_and_still_writes_a_summary(tmp_path):
+    """Where spanseek is not installed and the folder is no checkout, measure names the folder and stops, and the
+    summary it leaves in $OUT holds no steps (no traceback for the steps that never ran)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(f"#!/bin/sh\ncase \"$*\" in *'import spanseek.trainer'*) exit 1;; esac\n"
+                                     f'[ "$1" = - ] && exec {sys.executable} "$@"\nexit 0\n')  # the summary's program
+    (bin_dir / "python3").chmod(0o755)
+    (tmp_path / "fake" / "torch").mkdir(parents=True)  # the summary's GPU query, fast and failing
+    (tmp_path / "fake" / "torch" / "__init__.py").write_text("raise ImportError('no torch here')\n")
+    (tmp_path / "cwd").mkdir()
+    (tmp_path / "cwd" / "bench").symlink_to(ROOT / "bench")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(tmp_path / "fake"),
+           "OUT": str(tmp_path / "out"), "WORK": str(tmp_path / "work")}
+    proc = subprocess.run(["bash", str(ROOT / "bench/gpu/host.sh"), "measure"], cwd=tmp_path / "cwd", env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"no spanseek checkout in {tmp_path / 'cwd'}" in proc.stderr
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["steps"] == {}
+
+
 def test_host_measure_joins_ten_or_more_pieces_in_their_order(tmp_path):
     """Staged in 11 pieces (.gpu/h1 .. .gpu/h11, a small room beside the checkout), the archive is joined in the
     pieces' order, not the folders' (h10 sorts before h2), so its checksum holds and it unpacks."""
