@@ -24,8 +24,9 @@
 # Time, from one budget, MEASURE_S seconds (default 540, under the device tool's 600 s a command): each step may take
 # its share of it (SHARES below, percent) and whatever the steps before it left unused, never the shares of the steps
 # after it. The 15 minutes of device time a session gets: start-up about 120 s, four calls that only carry a piece
-# about 20 s each (80 s), measure 540 s: 740 s, leaving 160 s for one rerun of measure on the warm machine, which
-# skips the steps that finished (their JSON comes back again) and runs the rest; `rm -rf $WORK` starts afresh.
+# about 20 s each (80 s), measure 540 s: 740 s, leaving 160 s for one rerun on the warm machine, `MEASURE_S=140
+# bench/gpu/host.sh measure` (the default 540 would let a step outlast the device time left), which skips the
+# steps that finished (their JSON comes back again) and runs the rest; `rm -rf $WORK` starts afresh.
 # DEVICE=cpu runs the same steps on the CPU, a check of the script here (SKIP_INSTALL=1 uses the packages already
 # importable; the CPU needs more time and less work:
 #   DEVICE=cpu SKIP_INSTALL=1 PASSAGES=300 QUESTIONS=200 SERVICE_S=2 MEASURE_S=900 bench/gpu/host.sh measure
