@@ -119,7 +119,7 @@ report() {  # $OUT: every result so far, summary.json (the GPU, each step's exit
     cp "$R"/*.json "$OUT/" 2>/dev/null
     tar czf "$OUT/logs.tgz" -C "$W" logs
     python3 - "$LOGS/steps.jsonl" "$OUT/summary.json" "$DEVICE" "$BUDGET" <<'PY'
-import json, sys
+import json, os, sys
 steps = {}
 for line in open(sys.argv[1]):
     steps.update(json.loads(line))
@@ -131,7 +131,9 @@ try:
         info = {"gpu": p.name, "gpu_memory_gib": round(p.total_memory / 2**30, 1), "multiprocessors": p.multi_processor_count}
 except Exception as e:  # noqa: BLE001
     info = {"gpu_error": str(e)}
-json.dump({"device": sys.argv[3], "budget_s": int(sys.argv[4]), **info, "steps": steps}, open(sys.argv[2], "w"), indent=1)
+with open(sys.argv[2] + ".tmp", "w") as f:  # then renamed: a call cut meanwhile keeps the last summary whole
+    json.dump({"device": sys.argv[3], "budget_s": int(sys.argv[4]), **info, "steps": steps}, f, indent=1)
+os.replace(sys.argv[2] + ".tmp", sys.argv[2])
 PY
 }
 trap 'report; echo "done in $(( $(date +%s) - T0 )) s"; ls -la "$OUT"' EXIT  # a rerun with nothing left to run too

@@ -313,25 +313,46 @@ def test_every_bench_script_the_gpu_plans_run_starts_under_the_checkout_package(
     assert {s: err for s, err in failed.items() if started[s].returncode != 0} == {}
 
 
-def test_host_measure_outside_a_checkout_says_so_and_still_writes_a_summary(tmp_path):
-    """Where spanseek is not installed and the folder is no checkout, measure names the folder and stops, and the
-    summary it leaves in $OUT holds no steps (no traceback for the steps that never ran)."""
+def measure_outside_a_checkout(tmp_path: Path, fake_torch: str) -> subprocess.CompletedProcess:
+    """host.sh measure where spanseek is neither installed nor checked out, its summary's GPU query answered by a
+    stand-in torch module of ``fake_torch``."""
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     (bin_dir / "python3").write_text(f"#!/bin/sh\ncase \"$*\" in *'import spanseek.trainer'*) exit 1;; esac\n"
                                      f'[ "$1" = - ] && exec {sys.executable} "$@"\nexit 0\n')  # the summary's program
     (bin_dir / "python3").chmod(0o755)
-    (tmp_path / "fake" / "torch").mkdir(parents=True)  # the summary's GPU query, fast and failing
-    (tmp_path / "fake" / "torch" / "__init__.py").write_text("raise ImportError('no torch here')\n")
-    (tmp_path / "cwd").mkdir()
-    (tmp_path / "cwd" / "bench").symlink_to(ROOT / "bench")
+    (tmp_path / "fake" / "torch").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "fake" / "torch" / "__init__.py").write_text(fake_torch)
+    (tmp_path / "cwd").mkdir(exist_ok=True)
+    if not (tmp_path / "cwd" / "bench").exists():
+        (tmp_path / "cwd" / "bench").symlink_to(ROOT / "bench")
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(tmp_path / "fake"),
            "OUT": str(tmp_path / "out"), "WORK": str(tmp_path / "work")}
-    proc = subprocess.run(["bash", str(ROOT / "bench/gpu/host.sh"), "measure"], cwd=tmp_path / "cwd", env=env,
+    return subprocess.run(["bash", str(ROOT / "bench/gpu/host.sh"), "measure"], cwd=tmp_path / "cwd", env=env,
                           capture_output=True, text=True, timeout=60)
+
+
+NO_TORCH = "raise ImportError('no torch here')\n"  # the summary's GPU query, fast and failing
+
+
+def test_host_measure_outside_a_checkout_says_so_and_still_writes_a_summary(tmp_path):
+    """Where spanseek is not installed and the folder is no checkout, measure names the folder and stops, and the
+    summary it leaves in $OUT holds no steps (no traceback for the steps that never ran)."""
+    proc = measure_outside_a_checkout(tmp_path, NO_TORCH)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert f"no spanseek checkout in {tmp_path / 'cwd'}" in proc.stderr
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["steps"] == {}
+
+
+def test_a_summary_cut_while_it_is_written_leaves_the_last_one_whole(tmp_path):
+    """summary.json is replaced whole or not at all: a write that stops part-way (here the GPU's name is no JSON,
+    as a call cut at its limit stops one) leaves the summary before it."""
+    measure_outside_a_checkout(tmp_path, NO_TORCH)
+    before = (tmp_path / "out" / "summary.json").read_text()
+    odd_gpu = ("from types import SimpleNamespace as N\ncuda = N(is_available=lambda: True, get_device_properties=lambda i:"
+               " N(name=object(), total_memory=2**30, multi_processor_count=1))\n")
+    measure_outside_a_checkout(tmp_path, odd_gpu)
+    assert (tmp_path / "out" / "summary.json").read_text() == before
 
 
 def test_host_measure_joins_ten_or_more_pieces_in_their_order(tmp_path):
