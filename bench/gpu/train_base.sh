@@ -233,7 +233,7 @@ print(round(p['fill_pairs'] / min(p['steps'], p['steps_per_epoch']) * p['steps_p
     STEPS=$(size "$FILL_S")
     echo "teacher logits (about $FILL_S s), then $STEPS steps"
     # shellcheck disable=SC2086
-    timeout "$((TRAIN_S - $(elapsed) - 20))" "${SPANSEEK[@]}" train phrase --train "$A/squad-v1.1-train.json.gz" \
+    timeout "$(left 20)" "${SPANSEEK[@]}" train phrase --train "$A/squad-v1.1-train.json.gz" \
         --out $W/fill "${START[@]}" --max-steps "$STEPS" --stop-after 1 --checkpoint-every 1000 \
         $RECIPE $TEACH > $W/fill.log 2>&1
     echo "fill exit $? at $(elapsed) s"; tail -2 $W/fill.log
@@ -243,9 +243,8 @@ else
     STEPS=$(size 0)
 fi
 echo "training $STEPS steps at $(elapsed) s"
-left=$(python3 -c "print(max(10, int($TRAIN_S - ($(now) - $t0) - 20)))")
 # shellcheck disable=SC2086
-timeout "$left" "${SPANSEEK[@]}" train phrase \
+timeout "$(left 20)" "${SPANSEEK[@]}" train phrase \
     --train "$A/squad-v1.1-train.json.gz" --out $W/base-run "${START[@]}" \
     --max-steps "$STEPS" --checkpoint-every 100 $RECIPE $TEACH \
     > $W/base-run.log 2>&1

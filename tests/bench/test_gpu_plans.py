@@ -259,6 +259,17 @@ def test_train_base_phases_run_commands_whose_flags_exist(tmp_path, monkeypatch)
         check_parses(argv, monkeypatch)
 
 
+def test_train_base_s_teacher_logits_run_even_when_the_teacher_used_up_train_s(tmp_path):
+    """A teacher that leaves less than the 20 s kept for packing still leaves its logits' run a bounded time of at
+    least 10 s (as the phrase run gets), not a negative one that `timeout` refuses, or 0, which it takes as none."""
+    work = tmp_path / "work"
+    (work / "reader" / "last").mkdir(parents=True)
+    (work / "reader" / "last" / "reader_config.json").write_text("{}")
+    run_plan("bench/gpu/train_base.sh", "train", tmp_path, TEACHER_S="1", TRAIN_S="20")
+    phrase = [a for a in calls(tmp_path) if a[0] == "-c" and a[2:4] == ["train", "phrase"]]
+    assert [("--stop-after" in a) for a in phrase] == [True, False]  # the teacher's logits, then the run
+
+
 @pytest.mark.slow  # packs the default backbone's 91 MB
 def test_the_host_plans_documented_backbone_size_is_what_pack_makes(tmp_path):
     """host.sh's header and bench/README give the carried default backbone's size: what carry_backbone.py packs."""
