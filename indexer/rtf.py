@@ -205,8 +205,8 @@ def extract_rtf(path: Path) -> Extracted:
             destination = False
             if word == b"u" and value is not None:
                 skip = group.uc
-            elif word == b"bin" and value:  # binary data (a picture's), not tokens
-                at += value
+            elif word == b"bin" and value is not None and value > 0:  # binary data (a picture's), not tokens
+                at += value  # (a count of none or fewer is no data: a negative one would read its bytes again)
     reader.decode(group)
     if stack:
         log.warning("%s: it ends inside %d groups (cut short?); read up to its end", path, len(stack))

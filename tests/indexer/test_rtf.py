@@ -18,6 +18,7 @@ from spanseek.core.io import read_corpus
 from spanseek.indexer.extracted import Unreadable
 from spanseek.indexer.ingest import from_files
 from spanseek.indexer.rtf import extract_rtf
+from tests.indexer.test_hostile_files import deadline
 
 HEAD = (r"{\rtf1\ansi\ansicpg1252\deff0{\fonttbl{\f0\fswiss\fcharset0 Arial;}{\f1\fcharset204 Arial Cyr;}"
         r"{\f2\fcharset128 MS Mincho;}}{\colortbl;\red255\green0\blue0;}"
@@ -81,6 +82,13 @@ def test_files_that_are_no_rtf_or_are_damaged_are_named(tmp_path, caplog):
         ext = extract_rtf(write_rtf(tmp_path / "cut.rtf", (HEAD + BODY)[:-60]))
     assert ext.paragraphs[-1] == "After the table, \U0001f309x a bridge emoji." and "cut.rtf: it ends inside 3 groups (cut short?); read up to its end" in (
         caplog.text)
+
+
+def test_a_negative_binary_count_reads_no_data(tmp_path):
+    r"""``\bin-7`` moved the reader back over its own control word, which it then read again, for ever."""
+    with deadline(1):
+        ext = extract_rtf(write_rtf(tmp_path / "b.rtf", r"{\rtf1 Before \bin-7 after\par\bin0 Next\par}"))
+    assert ext.paragraphs == ["Before after", "Next"]
 
 
 def test_from_files_reads_rtf_files_in_a_folder(tmp_path):
