@@ -8,7 +8,8 @@ in a heading style (a style named "heading N" in the file's style sheet) or with
 (``extracted.Sections``), as a Word file's does. A table's rows are paragraphs (``\\cell``, ``\\row``): the cells of
 a row named by those of a first row marked as a header row (``\\trhdr``: "Route: Kellerton; Departure: 09:15"), as
 a Word file's are, else spaced; a table inside a cell reads in that cell. Characters are decoded as the file says:
-``\\uN`` (Unicode, its ``\\ucN`` fallback characters skipped; two of them a surrogate pair), ``\\'hh`` in the code
+``\\uN`` (Unicode, its ``\\ucN`` fallback characters skipped; two of them a surrogate pair; a number no
+character has reads as U+FFFD), ``\\'hh`` in the code
 page of the font in use (its ``\\fcharset``) or of the document (``\\ansicpgN``; Windows-1252 by default; two bytes
 a character in the East Asian ones), ``\\~`` and the typographic symbols (``\\emdash``, ``\\rquote``). Left out:
 the font, colour, style and list tables, pictures and objects, page headers and footers, footnotes, comments,
@@ -236,7 +237,8 @@ def _control(reader: _Reader, group: _Group, word: str, number: int | None, dest
     if word in ("fonttbl", "stylesheet"):
         return replace(group, dest=word)
     if word == "u" and number is not None:
-        reader.put(group, chr(number + 0x10000 if number < 0 else number))
+        code = number + 0x10000 if number < 0 else number  # (a signed 16-bit number, as Word writes one)
+        reader.put(group, chr(code) if 0 <= code <= 0x10FFFF else "\ufffd")  # (one no character has: U+FFFD)
     elif word == "uc" and number is not None:
         return replace(group, uc=max(number, 0))
     elif word == "ansicpg" and number:

@@ -91,6 +91,14 @@ def test_a_negative_binary_count_reads_no_data(tmp_path):
     assert ext.paragraphs == ["Before after", "Next"]
 
 
+def test_a_unicode_escape_no_character_has_reads_as_a_replacement_character(tmp_path):
+    r"""``\u99999999`` (past U+10FFFF) and ``\u-99999`` (below a signed 16-bit number) stopped the reader with an
+    OverflowError or a ValueError; the characters around them, and a 16-bit one written negative, read as before."""
+    text = r"{\rtf1 a\u99999999?b\u9999999999?c\u-99999?d\u-3913?e\u1114111?f\par}"
+    assert extract_rtf(write_rtf(tmp_path / "u.rtf", text)).paragraphs == [
+        "a\ufffdb\ufffdc\ufffdd\uf0b7e\U0010fffff"]
+
+
 def test_from_files_reads_rtf_files_in_a_folder(tmp_path):
     folder = tmp_path / "docs"
     folder.mkdir()
