@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 # the most rows and non-empty cells read of one file (all its sheets); the rest is left out, with a warning
 MAX_ROWS = 100_000
 MAX_CELLS = 1_000_000
-# the widest sheet Excel and LibreOffice make: a cell an OpenDocument file repeats further is read this often at most
+# the widest sheet Excel and LibreOffice make: an OpenDocument row's cells past it (cells repeated further) are not read
 MAX_COLUMNS = 16_384
 XLSX_KIND = "Excel workbook (.xlsx) file"
 ODS_KIND = "OpenDocument spreadsheet (.ods) file"
@@ -397,13 +397,16 @@ def _ods_cells(reader: _OdfText, row: Any) -> list[Cell]:
     found: list[Cell] = []
     column = 0
     for cell in row:
+        if column >= MAX_COLUMNS:  # (a row's cells each repeated to the sheet's edge made millions of cells)
+            break
         repeated = _repeated(cell.get(f"{_TABLE}number-columns-repeated"))
         if cell.tag == f"{_TABLE}table-cell":
             kind = cell.get(f"{_OFFICE}value-type")
             text = (cell.get(f"{_OFFICE}date-value", "").replace("T00:00:00", "").replace("T", " ") if kind == "date"
                     else "") or reader.cell(cell, [])
             if text:
-                found += [Cell(column + i, text, kind in (None, "string")) for i in range(min(repeated, MAX_COLUMNS))]
+                found += [Cell(column + i, text, kind in (None, "string"))
+                          for i in range(min(repeated, MAX_COLUMNS - column))]
         if cell.tag in (f"{_TABLE}table-cell", f"{_TABLE}covered-table-cell"):
             column += repeated
     return found

@@ -184,6 +184,20 @@ def test_an_opendocument_spreadsheet_reads_as_a_workbook_does(tmp_path):
     assert extract_file(flat).paragraphs == ext.paragraphs
 
 
+def test_cells_repeated_past_the_sheets_edge_are_not_read(tmp_path):
+    """A row of 1,000 cells each repeated 16,384 times (a 2 KB file) made 16 million cells, some 3 GB, before the
+    row was found over the limit; a row ends at the sheet's 16,384th column."""
+    wide = '<table:table-cell office:value-type="string" table:number-columns-repeated="16384"><text:p>x</text:p>'
+    table = (f'<table:table table:name="S"><table:table-row>{cell("1", "float")}{(wide + "</table:table-cell>") * 1000}'
+             f'</table:table-row><table:table-row>{cell("7", "float")}</table:table-row></table:table>')
+    path = write_odt(tmp_path / "w.ods", content=ods_content(table),
+                     mimetype="application/vnd.oasis.opendocument.spreadsheet")
+    start = time.process_time()
+    ext = extract_ods(path)
+    assert time.process_time() - start < 1
+    assert ext.paragraphs == ["1 " + " ".join(["x"] * 16_383), "7"]
+
+
 def test_huge_sheets_are_cut_off_with_a_warning_naming_the_file_and_where(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(spreadsheet, "MAX_ROWS", 3)
     rows = "".join(f'<row r="{r}"><c r="A{r}" t="s"><v>4</v></c></row>' for r in range(1, 7))
