@@ -282,18 +282,18 @@ class _Workbook:
         from lxml import etree
 
         number = 0
-        hidden: list[range] = []  # the hidden columns (``cols``, before the rows)
+        hidden = _Columns()  # the hidden columns (``cols``, before the rows)
         try:
             with self.package.zip.open(part) as stream:
                 for _, row in etree.iterparse(stream, events=("end",), tag=(f"{_S}col", f"{_S}row"),
                                               resolve_entities=False, no_network=True, load_dtd=False):
                     if row.tag == f"{_S}col":
                         if row.get("hidden") in ("1", "true"):
-                            hidden.append(range(_int(row.get("min"), 0) - 1, _int(row.get("max"), 0)))
+                            hidden.hide(_int(row.get("min"), 0) - 1, _int(row.get("max"), 0))
                         continue
                     number = _int(row.get("r"), number + 1)
                     if row.get("hidden") not in ("1", "true"):
-                        yield number, _shown(self.cells(row), hidden)
+                        yield number, hidden.shown(self.cells(row))
                     row.clear()
                     while row.getprevious() is not None:
                         del row.getparent()[0]
@@ -358,20 +358,40 @@ def extract_xlsx(path: Path) -> Extracted:
 # OpenDocument spreadsheets
 
 
-def _shown(cells: list[Cell], hidden: list[range]) -> list[Cell]:
-    """A row's cells but those in hidden columns (``hidden``: ranges of them)."""
-    return [c for c in cells if not any(c.column in columns for columns in hidden)] if hidden else cells
+_ONES = b"\x01" * MAX_COLUMNS
 
 
-def _hidden_columns(table: Any) -> list[range]:
-    """An OpenDocument table's hidden columns (``table:visibility`` "collapse" or "filter"), as ranges: a column
+class _Columns:
+    """A sheet's hidden columns, a flag a column of the widest sheet (``MAX_COLUMNS``): a cell's is looked up at once,
+    however many column definitions hide them (a list of ranges, each tried for each cell, took minutes a sheet)."""
+
+    def __init__(self) -> None:
+        self.flags = bytearray(MAX_COLUMNS)
+        self.any = False
+
+    def hide(self, first: int, end: int) -> None:
+        """Columns ``first`` to ``end`` (not included) are hidden."""
+        first, end = max(first, 0), min(end, MAX_COLUMNS)
+        if first < end:
+            self.flags[first:end] = memoryview(_ONES)[:end - first]
+            self.any = True
+
+    def shown(self, cells: list[Cell]) -> list[Cell]:
+        """A row's cells but those in hidden columns."""
+        if not self.any:
+            return cells
+        return [c for c in cells if c.column >= MAX_COLUMNS or not self.flags[c.column]]
+
+
+def _hidden_columns(table: Any) -> _Columns:
+    """An OpenDocument table's hidden columns (``table:visibility`` "collapse" or "filter"): a column
     definition may stand for many (``table:number-columns-repeated``)."""
-    hidden: list[range] = []
+    hidden = _Columns()
     column = 0
     for definition in table.iter(f"{_TABLE}table-column"):
         repeated = _repeated(definition.get(f"{_TABLE}number-columns-repeated"))
         if definition.get(f"{_TABLE}visibility", "visible") != "visible":
-            hidden.append(range(column, column + repeated))
+            hidden.hide(column, column + repeated)
         column += repeated
     return hidden
 
@@ -384,7 +404,7 @@ def _ods_rows(reader: _OdfText, table: Any) -> Iterator[Row]:
     for _, row in _rows(table):
         repeated = _repeated(row.get(f"{_TABLE}number-rows-repeated"))
         shown = row.get(f"{_TABLE}visibility", "visible") == "visible"
-        cells = _shown(_ods_cells(reader, row), hidden) if shown else []
+        cells = hidden.shown(_ods_cells(reader, row)) if shown else []
         if not cells:
             number += repeated
             continue
