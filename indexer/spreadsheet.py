@@ -123,9 +123,14 @@ def _add(paragraphs: list[str], metas: list[dict[str, Any]], sheet: str, row: Ro
     metas.append({"sheet": sheet, "row": number})
 
 
+def _whole(value: str | None, default: int) -> int:
+    """A row's number or a repeat count as written (a sheet has at most some million rows); ``default`` for none."""
+    return int(value) if value and value.isdecimal() and len(value) < 9 else default
+
+
 def _repeated(value: str | None) -> int:
-    """An OpenDocument row's or cell's repeat count (a sheet has at most some million rows)."""
-    return int(value) if value and value.isdecimal() and len(value) < 9 else 1
+    """An OpenDocument row's or cell's repeat count."""
+    return _whole(value, 1)
 
 
 def _line(text: str) -> str:
@@ -291,7 +296,7 @@ class _Workbook:
                         if row.get("hidden") in ("1", "true"):
                             hidden.hide(_int(row.get("min"), 0) - 1, _int(row.get("max"), 0))
                         continue
-                    number = _int(row.get("r"), number + 1)
+                    number = _whole(row.get("r"), number + 1)  # (Excel's go to 1,048,576)
                     if row.get("hidden") not in ("1", "true"):
                         yield number, hidden.shown(self.cells(row))
                     row.clear()

@@ -79,6 +79,16 @@ def test_a_workbook_reads_a_passage_a_row_named_by_its_header_with_its_sheet_and
         ("Notes \u2014 Coffee", {"sheet": "Notes", "row": 2})]
 
 
+def test_rows_past_the_hundred_thousandth_keep_their_number(tmp_path):
+    """Row 150000 after row 2 (the rows between empty) was said to be row 3: a row's number of six digits or more
+    was not read, and the row counted on from the one before."""
+    rows = ('<row r="1"><c r="A1" t="s"><v>0</v></c></row><row r="2"><c r="A2" t="s"><v>4</v></c></row>'
+            '<row r="150000"><c r="A150000" t="s"><v>5</v></c></row><row><c t="s"><v>7</v></c></row>')
+    ext = extract_xlsx(write_xlsx(tmp_path / "r.xlsx", {"Log": rows}, ()))
+    assert ext.paragraph_meta == [{"sheet": "Log", "row": 2}, {"sheet": "Log", "row": 150000},
+                                  {"sheet": "Log", "row": 150001}]
+
+
 def test_a_sheet_whose_first_row_holds_numbers_has_no_header(tmp_path):
     rows = ('<row r="1"><c r="A1"><v>2023</v></c><c r="B1"><v>2024</v></c></row>'
             '<row r="2"><c r="A2"><v>7</v></c><c r="C2" t="s"><v>4</v></c></row>')
