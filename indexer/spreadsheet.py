@@ -11,9 +11,10 @@ the row's other cells and its column's name, and with no other row's values for 
 answer; its metadata has its ``sheet`` and ``row`` (the row's number as the application shows it, 1 for the first;
 a CSV file's first record is row 1), as a PDF's passages have their ``page``. A sheet's first row (its first with a
 value) names the columns when rows follow it and each of its cells is text (not a number, date or truth value), and
-is then no paragraph itself; otherwise every row reads its cells spaced. A first row of one cell over a wider row
-is a title over the table ("Price list 2024"): a paragraph of its own, and the row under it is the one that may name
-the columns.
+is then no paragraph itself; otherwise every row reads its cells spaced. A first row of one cell over a wider row,
+the cell at the table's left edge (or left of it), is a title over the table ("Price list 2024"): a paragraph of its
+own, and the row under it is the one that may name the columns; a one-cell first row further right names its column
+(the "Score" over B of a table whose A holds the rows' names).
 
 A cell reads as the application shows it where that is text the phrase model can read: a formula's cached value (the
 value the application computed when it saved the file; a formula never computed reads as an empty cell, as does a
@@ -99,7 +100,8 @@ def sheets_extracted(path: Path, sheets: Sequence[tuple[str, Iterable[Row]]], ti
             if first is None:
                 first = (number, found)
                 continue
-            if names is None and len(first[1]) == 1 < len(found):  # a title over the table, no column's name
+            if names is None and len(first[1]) == 1 < len(found) and first[1][0].column <= min(
+                    c.column for c in found):  # a title over the table (not a column's name over its column B)
                 _add(paragraphs, metas, name, first, {}, several)
                 first = (number, found)
                 continue

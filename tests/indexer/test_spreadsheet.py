@@ -107,6 +107,15 @@ def test_a_title_over_the_table_is_a_passage_of_its_own_and_the_row_under_it_nam
         ("Price list 2024", {"sheet": "Prices", "row": 1}), ("Item: Tea; Price: 3.2", {"sheet": "Prices", "row": 4})]
 
 
+def test_a_one_cell_first_row_right_of_the_tables_edge_names_its_column(tmp_path):
+    """A header whose only name is over column B (column A holds the rows' names) was taken for a title: the names
+    were lost and the first row of data named the columns of the rows under it."""
+    (tmp_path / "s.csv").write_text(",Score\nAnn,40\nBob,12\n", encoding="utf-8")
+    assert extract_file(tmp_path / "s.csv").paragraphs == ["Ann; Score: 40", "Bob; Score: 12"]
+    (tmp_path / "t.csv").write_text("Scores 2024\n\nName,Score\nAnn,40\n", encoding="utf-8")  # (a title still is one)
+    assert extract_file(tmp_path / "t.csv").paragraphs == ["Scores 2024", "Name: Ann; Score: 40"]
+
+
 def test_hidden_columns_are_left_out(tmp_path):
     """A column hidden in Excel (``cols``) or LibreOffice (``table:visibility``) was read as a shown one."""
     rows = ('<row r="1"><c r="A1" t="s"><v>0</v></c><c r="B1" t="s"><v>1</v></c><c r="C1" t="s"><v>7</v></c></row>'
