@@ -178,20 +178,22 @@ def extract_csv(source: str, path: Path) -> Extracted:
     """A CSV or TSV file's records as a sheet named after the file (``sheets_extracted``); Unreadable naming the
     line of a quoted cell never closed, a stray quote or a cell past the csv module's limit."""
     delimiter = "\t" if path.suffix.lower() == ".tsv" else _delimiter(source[:CSV_SAMPLE])
+    return sheets_extracted(path, [(path.stem, _records(source, delimiter))], None, {})
+
+
+def _records(source: str, delimiter: str) -> Iterator[Row]:
+    """A CSV file's records with a value, read as they are asked for: those past ``sheets_extracted``'s limits are
+    never parsed (they were, up to ``MAX_ROWS`` of any width, before the limits applied)."""
     reader = csv.reader(io.StringIO(source, newline=""), delimiter=delimiter, strict=True)
-    records: list[Row] = []
     start = 1  # the line the record being read starts on (a quoted cell may hold line breaks)
     try:
         for number, record in enumerate(reader, start=1):
             cells = [Cell(i, text, not _is_number(text)) for i, cell in enumerate(record) if (text := _line(cell))]
             if cells:
-                records.append((number, cells))
-            if len(records) > MAX_ROWS:  # (sheets_extracted warns)
-                break
+                yield number, cells
             start = reader.line_num + 1
     except csv.Error as e:
         raise Unreadable(f"not a readable CSV file: the record from line {start}: {e}") from None
-    return sheets_extracted(path, [(path.stem, records)], None, {})
 
 
 # Excel workbooks (Office Open XML)

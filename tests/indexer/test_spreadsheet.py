@@ -244,6 +244,26 @@ def test_huge_sheets_are_cut_off_with_a_warning_naming_the_file_and_where(tmp_pa
     assert extract_file(tmp_path / "wide.csv").paragraphs == ["a b c"]
 
 
+def test_a_csv_files_records_past_the_limits_are_not_read(tmp_path, monkeypatch, caplog):
+    """Every record (up to MAX_ROWS, of any width) was parsed and held before the cell limit applied (a 15 MiB file of
+    60 columns took 464 MB to give its first million cells, which take 142 MB), and a damaged record past the limit
+    refused the whole file."""
+    import tracemalloc
+
+    monkeypatch.setattr(spreadsheet, "MAX_CELLS", 100)
+    record = ",".join(f"v{i:07d}" for i in range(50))
+    (tmp_path / "big.csv").write_text("\n".join([record] * 4000) + '\n"never closed\n', encoding="utf-8")
+    tracemalloc.start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="spanseek.indexer.spreadsheet"):
+            ext = extract_file(tmp_path / "big.csv")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(ext.paragraphs) == 1 and "sheet 'big' from row 3 on" in caplog.text  # (row 1 names the columns)
+    assert peak < 16 << 20, peak  # the text (1.7 MB) and its copies to read it; all the records took 39 MiB
+
+
 def test_damaged_renamed_and_hostile_workbooks_are_named_with_what_is_wrong(tmp_path):
     def why(path: Path) -> str:
         with pytest.raises(Unreadable) as e:
