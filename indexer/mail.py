@@ -4,7 +4,8 @@
 
 The subject is the title (encoded words decoded: "=?utf-8?q?Caf=C3=A9?=" reads "Café"). The metadata has ``from``,
 ``to`` and ``cc`` as the message gives them (names and addresses, decoded), ``date`` in ISO 8601
-(``2024-03-05T14:30:00+01:00``; as written where it is no date), and ``attachments``, the names of the files attached.
+(``2024-03-05T14:30:00+01:00``; as written where it is no date), and ``attachments``, the names of the files attached;
+a list of recipients or attachments longer than ``MAX_LISTED_BYTES`` names those that fit and how many more there are.
 The body is the message's text part, read as a text file is (paragraphs at blank lines), or, where it has only an
 HTML part, that part read as an HTML file is (``markup.extract_html``: its main content, its tables' rows, its
 sections); the transfer encoding (base64, quoted-printable) and the character set the part declares are undone.
@@ -27,6 +28,10 @@ from spanseek.indexer.extracted import MAX_INFLATED, Extracted, Unreadable
 from spanseek.indexer.markup import extract_html, extract_text
 
 KIND = "e-mail message (.eml) file"
+# the most bytes (UTF-8) of each of from, to, cc and the attachments' names kept in the metadata, which comes back with
+# every hit and may be 16 KiB in all (``core.io.MAX_META_BYTES``): a message to hundreds of recipients, which made
+# from-files stop with an error, names as many as fit and how many more there are ("(480 more)")
+MAX_LISTED_BYTES = 2_000
 # the headers every message has one of at least: a file without any is no message
 _MESSAGE_HEADERS = ("from", "to", "subject", "date", "message-id")
 
@@ -39,6 +44,33 @@ def _header(message: EmailMessage, name: str) -> str:
     except (ValueError, IndexError, TypeError):  # (the header parser's errors on a malformed value)
         value = message.get_all(name, [""])[0] if name in message else ""
     return " ".join(str(value or "").split())
+
+
+def _within(items: list[str]) -> list[str]:
+    """``items`` (recipients, attachments' names) up to ``MAX_LISTED_BYTES`` in all, then how many more there are
+    ("(480 more)"); a first item longer than that cut short ("...")."""
+    kept: list[str] = []
+    size = 0
+    for item in items:
+        size += len(item.encode("utf-8", "replace")) + 2
+        if size > MAX_LISTED_BYTES:
+            break
+        kept.append(item)
+    if not kept and items:
+        kept = [items[0].encode("utf-8", "replace")[:MAX_LISTED_BYTES // 2].decode("utf-8", "ignore") + "..."]
+    return kept + [f"({len(items) - len(kept)} more)"] if len(kept) < len(items) else kept
+
+
+def _addresses(message: EmailMessage, name: str) -> str:
+    """An address header (from, to, cc) as ``_header`` gives it, its addresses ``_within`` the metadata's share."""
+    value = _header(message, name)
+    if len(value.encode("utf-8", "replace")) <= MAX_LISTED_BYTES:
+        return value
+    try:
+        items = [" ".join(str(address).split()) for address in message[name].addresses]
+    except (AttributeError, ValueError, IndexError, TypeError):  # (a header the parser cannot read as addresses)
+        items = [value]
+    return ", ".join(_within(items or [value]))
 
 
 def _date(written: str) -> str:
@@ -70,13 +102,13 @@ def extract_eml(path: Path) -> Extracted:
     message = cast(EmailMessage, BytesParser(policy=policy.default).parsebytes(data))
     if not any(name in message for name in _MESSAGE_HEADERS):
         raise Unreadable(f"not an {KIND}: it begins with none of the headers a message has (From, To, Subject, Date)")
-    meta: dict[str, Any] = {name: value for name in ("from", "to", "cc") if (value := _header(message, name))}
+    meta: dict[str, Any] = {name: value for name in ("from", "to", "cc") if (value := _addresses(message, name))}
     if written := _header(message, "date"):
         meta["date"] = _date(written)
     attachments = [part.get_filename() or f"(unnamed {part.get_content_type()})"
                    for part in message.iter_attachments()] if message.is_multipart() else []
     if attachments:
-        meta["attachments"] = attachments
+        meta["attachments"] = _within(attachments)
     body = message.get_body(preferencelist=("plain", "html"))
     if body is None:
         parts = sorted({part.get_content_type() for part in message.walk() if not part.is_multipart()})

@@ -97,3 +97,30 @@ def test_from_files_reads_messages_in_a_folder_and_skips_the_unreadable(tmp_path
     assert doc.id == "ferry.eml" and doc.title == "Ferry times for Caf\u00e9 staff"
     assert doc.meta["date"] == "2024-03-05T14:30:00+01:00" and doc.meta["attachments"][0] == "timetable.pdf"
     assert report.skipped == [(str(folder / "broken.eml"), "an empty file (0 bytes), not an e-mail message (.eml) file")]
+
+
+def test_a_message_to_hundreds_of_recipients_lists_those_that_fit_and_is_read(tmp_path):
+    """A message to 500 recipients (24 KB of To) or with 300 attachments made metadata over the corpus's 16 KiB, and
+    from-files stopped with an error, writing none of the folder's messages."""
+    folder = tmp_path / "mail"
+    folder.mkdir()
+    message = EmailMessage()
+    message["From"] = "Ann Gala <ann@example.org>"
+    message["To"] = ", ".join(f"Person Number{i} <person.number{i}@example.org>" for i in range(500))
+    message["Cc"] = "Hugo <hugo@example.org>"
+    message["Subject"] = "All hands"
+    message.set_content("The meeting is at three.\n")
+    for i in range(300):
+        message.add_attachment(b"x", maintype="application", subtype="pdf", filename=f"minutes-part-{i:03d}.pdf")
+    (folder / "all.eml").write_bytes(bytes(message))
+    write_eml(folder / "small.eml")
+    report = from_files([folder], tmp_path / "c.jsonl")
+    docs = {doc.id: doc for doc in read_corpus(tmp_path / "c.jsonl")}
+    assert report.documents == 2 and docs["all.eml"].paragraphs == ("The meeting is at three.",)
+    meta = docs["all.eml"].meta
+    to = meta["to"].split(", ")
+    assert to[0] == "Person Number0 <person.number0@example.org>" and to[-1] == f"({500 - len(to) + 1} more)"
+    assert len(meta["to"]) <= 2_000 and meta["cc"] == "Hugo <hugo@example.org>"
+    assert meta["attachments"][0] == "minutes-part-000.pdf"
+    assert meta["attachments"][-1] == f"({300 - len(meta['attachments']) + 1} more)"
+    assert docs["small.eml"].meta["to"].startswith("Hugo Berg")
