@@ -2,7 +2,8 @@
 
     spanseek sync docs/ --url http://localhost:8000 [--api-key-file FILE] [--delete] [--meta team=docs] [--dry-run]
 
-The files are those `spanseek corpus from-files` reads (the same walk: .txt .md .markdown .html .htm .pdf .docx .pptx .epub .odt .odp,
+The files are those `spanseek corpus from-files` reads (the same walk: .txt .text .md .markdown .html .htm .pdf .docx .pptx .epub .odt .odp
+.fodt .fodp .xlsx .xlsm .ods .fods .csv .tsv .eml .rtf,
 hidden files and folders skipped; a link to a file outside its folder is refused, named, unless ``--follow-links``,
 and of a file and a link to it only the file is sent), and each is named as from-files names it: its path relative to the folder given
 (``guide/install.md``), or as given for a file named on the command line. A file is written (the server reads it as

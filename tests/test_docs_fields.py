@@ -174,6 +174,18 @@ def test_the_pages_name_every_format_a_file_write_reads():
         assert [name for name in names.values() if name not in listed.group(1)] == [], (page, listed.group(1))
 
 
+def test_the_error_table_and_sync_name_every_suffix_a_file_write_reads():
+    """docs/service.md's 415 row (a name ending in no suffix a reader takes) and `spanseek sync`'s files list the
+    suffixes; they stopped at .odp when the flat OpenDocument, spreadsheet, e-mail and RTF readers came."""
+    from spanseek.indexer.ingest import FORMATS
+
+    for page, where in (("docs/service.md", r"whose name ends in no suffix a reader takes \(([^;]*);"),
+                        ("spanseek/sync.py", r"\(the same walk: ([^,]*),")):
+        listed = re.search(where, " ".join((ROOT / page).read_text(encoding="utf-8").split()))
+        assert listed, f"{page} no longer lists the suffixes from-files reads"
+        assert listed.group(1).split() == list(FORMATS), (page, listed.group(1))
+
+
 def env_file_comments(text: str) -> dict[str, str]:
     """deploy/spanseek.env: each variable it names -> the comment above it, its lines joined (``name: help``)."""
     comments: dict[str, str] = {}
