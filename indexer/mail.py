@@ -18,6 +18,7 @@ or an encrypted body) are ``Unreadable``, saying which.
 from __future__ import annotations
 
 from email import policy
+from email.header import decode_header, make_header
 from email.message import EmailMessage
 from email.parser import BytesParser
 from email.utils import parsedate_to_datetime
@@ -41,9 +42,19 @@ def _header(message: EmailMessage, name: str) -> str:
     address list it cannot parse) reads as written."""
     try:
         value = message.get(name)
-    except (ValueError, IndexError, TypeError):  # (the header parser's errors on a malformed value)
-        value = message.get_all(name, [""])[0] if name in message else ""
+    except Exception:  # (the header parser raises errors of many types on a malformed value: "To: Hugo <" IndexError)
+        value = _written(message, name)  # (not get_all, which parses it again, as get does)
     return " ".join(str(value or "").split())
+
+
+def _written(message: EmailMessage, name: str) -> str:
+    """A header's value as the file has it (the first of that name), its encoded words decoded where they can be."""
+    written = next((value for key, value in message.raw_items() if key.lower() == name), "")
+    written = written.encode("utf-8", "surrogateescape").decode("utf-8", "replace")  # (bytes not UTF-8: U+FFFD)
+    try:
+        return str(make_header(decode_header(written)))
+    except (ValueError, LookupError, UnicodeError):  # (an encoded word that is damaged, or of an unknown charset)
+        return written
 
 
 def _within(items: list[str]) -> list[str]:
@@ -68,7 +79,7 @@ def _addresses(message: EmailMessage, name: str) -> str:
         return value
     try:
         items = [" ".join(str(address).split()) for address in message[name].addresses]
-    except (AttributeError, ValueError, IndexError, TypeError):  # (a header the parser cannot read as addresses)
+    except Exception:  # (one the parser cannot read as addresses: ``_header``'s errors)
         items = [value]
     return ", ".join(_within(items or [value]))
 
@@ -77,7 +88,7 @@ def _date(written: str) -> str:
     """A Date header in ISO 8601, or as written where it is no date."""
     try:
         return parsedate_to_datetime(written).isoformat()
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):  # (a zone of +5047356800100: OverflowError)
         return written
 
 

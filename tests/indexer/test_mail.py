@@ -124,3 +124,18 @@ def test_a_message_to_hundreds_of_recipients_lists_those_that_fit_and_is_read(tm
     assert meta["attachments"][0] == "minutes-part-000.pdf"
     assert meta["attachments"][-1] == f"({300 - len(meta['attachments']) + 1} more)"
     assert docs["small.eml"].meta["to"].startswith("Hugo Berg")
+
+
+@pytest.mark.parametrize(("written", "read"), [
+    (b"Hugo <", "Hugo <"), (b"Hugo <hugo@example.org>, Mairi =?utf-8?q?Fl=C3=A9tt?= <", "Hugo <hugo@example.org>, "
+                            "Mairi Fl\u00e9tt <"), (b"Caf\xe9 <", "Caf\ufffd <")])
+def test_an_address_header_the_parser_cannot_read_reads_as_written(tmp_path, written, read):
+    """An address left open ("To: Hugo <") stopped the reader with an IndexError (its fallback asked the same parser),
+    and a date whose zone is past any clock's with an OverflowError."""
+    path = tmp_path / "m.eml"
+    date = b"Tue, 05 Mar 2024 14:30:00 +5047356800100"
+    path.write_bytes(b"From: ann@example.org\r\nTo: " + written + b"\r\nSubject: Ferry\r\nDate: " + date
+                     + b"\r\n\r\nThe ferry leaves at 17:30.\r\n")
+    ext = extract_eml(path)
+    assert ext.meta == {"from": "ann@example.org", "to": read, "date": date.decode()}
+    assert ext.paragraphs == ["The ferry leaves at 17:30."]
