@@ -25,7 +25,7 @@ formula's error such as ``#DIV/0!``), a number in its shortest form (``3.2``, ``
 and row where reading stopped.
 
 A workbook's parts are read under the limits of every zipped format (``indexer.packaged``: zip bombs, entity
-expansion, nesting), its sheets streamed row by row; a damaged one is ``Unreadable`` naming the part (and, for XML
+expansion, nesting), its shared strings and sheets streamed; a damaged one is ``Unreadable`` naming the part (and, for XML
 that is not well-formed, the line). A CSV file is text (``indexer.ingest`` decodes it: UTF-8 with or without a BOM,
 UTF-16 or UTF-32 with theirs); its delimiter (comma, semicolon, tab or bar: ``_delimiter``) is told from its first
 64 KiB (a .tsv's is a tab), cells are quoted with double quotes as Excel writes them, and a quoted cell that is
@@ -233,11 +233,11 @@ class _Workbook:
     def __init__(self, package: Package, workbook: Any) -> None:
         self.package = package
         self.strings: list[str] = []
-        if "xl/sharedStrings.xml" in package.names:
+        if "xl/sharedStrings.xml" in package.names:  # streamed: a 160 KB file's 63 MiB table took 1.5 GB as a tree
             # a string's text: its own t, or its runs' (not its phonetic guide's, rPh)
             self.strings = [_line((si.findtext(f"{_S}t") or "") + "".join(
                 r.findtext(f"{_S}t") or "" for r in si.iterfind(f"{_S}r")))
-                for si in package.xml("xl/sharedStrings.xml").iterfind(f"{_S}si")]
+                for si in self.stream("xl/sharedStrings.xml", (f"{_S}si",))]
         self.shown: list[str] = []
         if "xl/styles.xml" in package.names:
             styles = package.xml("xl/styles.xml")
@@ -277,7 +277,7 @@ class _Workbook:
         if shown in ("date", "time"):
             try:
                 moment = self.epoch + timedelta(seconds=round(number * 86400))
-            except OverflowError:
+            except (OverflowError, ValueError):  # (past a date's years, or NaN)
                 return number_text(number)
             clock = moment.strftime("%H:%M:%S" if moment.second else "%H:%M")
             if shown == "time" and number < 1:
@@ -286,26 +286,31 @@ class _Workbook:
         return number_text(number)
 
     def rows(self, part: str) -> Iterator[Row]:
-        """A worksheet's shown rows, streamed (each row's element dropped once read); Unreadable naming the part
-        where it is damaged or not well-formed XML."""
-        from lxml import etree
-
+        """A worksheet's shown rows, streamed (``stream``)."""
         number = 0
         hidden = _Columns()  # the hidden columns (``cols``, before the rows)
+        for row in self.stream(part, (f"{_S}col", f"{_S}row")):
+            if row.tag == f"{_S}col":
+                if row.get("hidden") in ("1", "true"):
+                    hidden.hide(_int(row.get("min"), 0) - 1, _int(row.get("max"), 0))
+                continue
+            number = _whole(row.get("r"), number + 1)  # (Excel's go to 1,048,576)
+            if row.get("hidden") not in ("1", "true"):
+                yield number, hidden.shown(self.cells(row))
+
+    def stream(self, part: str, tags: tuple[str, ...]) -> Iterator[Any]:
+        """A part's elements of ``tags`` in order, each dropped (with what came before it) once the caller has read
+        it, so a part is never held whole; Unreadable naming the part where it is damaged or not well-formed XML."""
+        from lxml import etree
+
         try:
             with self.package.zip.open(part) as stream:
-                for _, row in etree.iterparse(stream, events=("end",), tag=(f"{_S}col", f"{_S}row"),
-                                              resolve_entities=False, no_network=True, load_dtd=False):
-                    if row.tag == f"{_S}col":
-                        if row.get("hidden") in ("1", "true"):
-                            hidden.hide(_int(row.get("min"), 0) - 1, _int(row.get("max"), 0))
-                        continue
-                    number = _whole(row.get("r"), number + 1)  # (Excel's go to 1,048,576)
-                    if row.get("hidden") not in ("1", "true"):
-                        yield number, hidden.shown(self.cells(row))
-                    row.clear()
-                    while row.getprevious() is not None:
-                        del row.getparent()[0]
+                for _, element in etree.iterparse(stream, events=("end",), tag=tags, resolve_entities=False,
+                                                  no_network=True, load_dtd=False):
+                    yield element
+                    element.clear()
+                    while element.getprevious() is not None:
+                        del element.getparent()[0]
         except etree.XMLSyntaxError as e:
             raise Unreadable(f"not a readable {XLSX_KIND}: its part {part} is not well-formed XML ({e.msg})") from None
         except KeyError:

@@ -264,6 +264,28 @@ def test_a_csv_files_records_past_the_limits_are_not_read(tmp_path, monkeypatch,
     assert peak < 16 << 20, peak  # the text (1.7 MB) and its copies to read it; all the records took 39 MiB
 
 
+@pytest.mark.slow
+def test_a_huge_shared_strings_table_is_streamed(tmp_path):
+    """A workbook of some hundred KB whose shared strings are 3.4 million (60 MiB of XML, under the size past which a part's
+    compression counts as a bomb) took 1.5 GB as one tree; read in a process capped at 600 MB, it is read."""
+    import subprocess
+    import sys
+
+    path = write_xlsx(tmp_path / "s.xlsx", {"S": '<row r="1"><c r="A1" t="s"><v>1</v></c></row>'}, ())
+    with zipfile.ZipFile(path) as z:
+        parts = {name: z.read(name) for name in z.namelist() if name != "xl/sharedStrings.xml"}
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in parts.items():
+            z.writestr(name, data)
+        z.writestr("xl/sharedStrings.xml", f"<sst {MAIN}>" + "<si><t>a</t></si><si><t>Tea</t></si>" * 1_700_000
+                   + "</sst>")
+    script = ("import sys; from pathlib import Path; from spanseek.indexer.read_process import cap_memory; "
+              "from spanseek.indexer.spreadsheet import extract_xlsx; cap_memory(600 << 20); "
+              "print(extract_xlsx(Path(sys.argv[1])).paragraphs)")
+    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "['Tea']", done.stderr[-500:]
+
+
 def test_damaged_renamed_and_hostile_workbooks_are_named_with_what_is_wrong(tmp_path):
     def why(path: Path) -> str:
         with pytest.raises(Unreadable) as e:
