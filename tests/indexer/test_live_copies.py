@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from spanseek.core.params import UNITS
-from tests.indexer.test_live import encoder, hits_of, open_store, upsert, writes  # noqa: F401 (a fixture)
+from tests.indexer.test_live import hits_of, open_store, upsert, writes
 
 
 @pytest.fixture(scope="module")

@@ -59,7 +59,7 @@ def folder(root, files: dict[str, str]):
 def test_sync_writes_what_changed_leaves_the_rest_and_deletes_what_is_gone(url, tmp_path):
     docs = folder(tmp_path / "docs", {"a.md": "# Bridge\n\nIn 1450 Gala built the harbour bridge.\n",
                                       "guide/b.txt": "In 1460 Hugo built the island church.",
-                                      "blank.txt": "  \n\n", "notes.xlsx": "not read"})
+                                      "blank.txt": "  \n\n", "notes.numbers": "not read"})
     with Client(url, api_key="key") as client:
         client.upsert({**DOC, "id": "by-hand"})  # written otherwise: never deleted by a sync
         report = sync(client, [docs], "docs", meta={"team": "ops"})
