@@ -34,7 +34,7 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 from machine import cpu_name  # noqa: E402  (bench/ is on sys.path when run as a script)
 
-from spanseek.core import flat_search  # noqa: E402
+from spanseek.core import bf16_scan, flat_search  # noqa: E402
 from spanseek.core.holdout import split_articles  # noqa: E402
 from spanseek.core.io import load_squad, squad_questions, write_corpus, write_json_atomic  # noqa: E402
 from spanseek.core.loading import open_searcher  # noqa: E402
@@ -93,6 +93,8 @@ def run(args: argparse.Namespace, index_dir: Path) -> dict:
         "runtime": searcher.encoder.passes.name,
         "torch_threads": torch.get_num_threads(),
         "transposed": searcher.dense.transposed_vectors() is not None,  # a flat scan's copy (never on a GPU)
+        "bf16_screen": searcher.dense.flat_holds_fine and searcher.dense.half_vectors().used
+        and isinstance(searcher.dense.half_vectors(), bf16_scan.Bf16Vectors),
         "questions": n, "batch_size": args.batch_size, "top_k": args.top_k,
         "repeats": args.repeats, "raw_encode_seconds": round(raw, 3), "raw_encode_qps": round(n / raw, 1),
         "units": {}, "cpu": cpu_name(), "cpu_count": os.cpu_count(),
@@ -126,6 +128,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--device", default="auto")
     p.add_argument("--transposed", default="auto", choices=["auto", "off"],
                    help="off: flat scans never keep the vectors transposed (flat_search.TRANSPOSED_BYTES = 0), to compare")
+    p.add_argument("--bf16", default="default", choices=["default", "on", "off"],
+                   help="on / off: flat scans of small batches screen with a bf16 copy where the CPU has AVX-512 BF16 "
+                        "(bf16_scan.BF16_BYTES = 1 GiB) / never (0), to compare; default: as the module says")
     p.add_argument("--repeats", type=int, default=1, help="runs of each measurement; the fastest is kept")
     p.add_argument("--out", required=True, help="JSON results")
     args = p.parse_args(argv)
@@ -135,6 +140,8 @@ def main(argv: list[str] | None = None) -> dict:
                 f"expect\" writes them)")
     if args.transposed == "off":
         flat_search.TRANSPOSED_BYTES = 0
+    if args.bf16 != "default":
+        bf16_scan.BF16_BYTES = 1 << 30 if args.bf16 == "on" else 0
 
     if args.index:
         result = run(args, Path(args.index))

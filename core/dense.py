@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from spanseek.core.bf16_scan import BF16_ROWS, Bf16Vectors
 from spanseek.core.chained import derived
 from spanseek.core.fine_store import FineStore, as_float32
 from spanseek.core.flat_search import (
@@ -318,7 +319,8 @@ class DenseLeg:
         xb = flat_vectors(self.index.faiss) if self.on_device is None else None
         if xb is not None:
             allowed = plan.selection.allowed_tokens(self.index)
-            half = self.half_vectors() if self.flat_holds_fine and len(queries) <= HALF_ROWS else None
+            screened = self.flat_holds_fine and len(queries) <= max(HALF_ROWS, BF16_ROWS)
+            half = self.half_vectors() if screened else None
             scan = FlatScan(self.index.faiss, queries, allowed, half=half, transposed=self.transposed_vectors(xb),
                             products_of=products_of if isinstance(products_of, FlatScan) else None)
             return (lambda rows, k: scan.top(np.concatenate([rows, n + rows]), k)), scan
@@ -344,13 +346,15 @@ class DenseLeg:
         return ids, None
 
     def half_vectors(self) -> HalfVectors:
-        """The fp16 fine store as the flat index holds it (``flat_holds_fine``), with its largest norm and whether a
-        small batch's scan ranks from it on this CPU (``HalfVectors``): found on first use, once."""
+        """The reduced vectors a small batch's scan ranks from on this CPU, with their largest norm and whether it
+        does (``HalfVectors``): a bf16 copy of the flat vectors where the CPU multiplies bf16 but not fp16 natively
+        (``core.bf16_scan``), else the fp16 fine store as the flat index holds it (``flat_holds_fine``). Found on
+        first use, once (again after ``drop_transposed``)."""
         with self._half_lock:
             if self._half is None:
                 store, xb = self.index.vectors, flat_vectors(self.index.faiss)
                 assert isinstance(store, FineStore) and xb is not None
-                self._half = HalfVectors.of(store.data, xb)
+                self._half = Bf16Vectors.of_vectors(xb) or HalfVectors.of(store.data, xb)
         return self._half
 
     def transposed_vectors(self, xb: np.ndarray | None = None) -> np.ndarray | None:
@@ -370,10 +374,12 @@ class DenseLeg:
             return self._transposed[1]
 
     def drop_transposed(self) -> None:
-        """Let go of the transposed copy (a searcher over a segmented index, which faiss searches, serves instead);
-        a later flat scan makes it again."""
+        """Let go of the transposed and bf16 copies (a searcher over a segmented index, which faiss searches, serves
+        instead); a later flat scan makes them again."""
         with self._half_lock:
             self._transposed = None
+            if isinstance(self._half, Bf16Vectors):
+                self._half = None
 
     def round_ids(self, search: Callable[[np.ndarray, int], np.ndarray], rows: np.ndarray, k: int) -> np.ndarray:
         """One round of the search: the top ``k`` start and end tokens of questions ``rows``."""

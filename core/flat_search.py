@@ -65,7 +65,9 @@ bound of 1.5e-3, and every row has its certificate at k = 32, 64, 256 and 1,024.
 sums in float32 and rounds once; a check at load (``probe_half``) tries that on a sample (``rounds_once``) and leaves
 the scans in float32 otherwise. Such a scan's held products are not exact (``held`` is None): the batch's token scores are then
 ``exact``'s of the pairs asked for (``core.dense.BatchScores``), which cost more than reading the held product
-(7 ms for the 12k pairs, two scores each, of completing 8 questions' passage candidates).
+(7 ms for the 12k pairs, two scores each, of completing 8 questions' passage candidates). On CPUs with AVX-512 BF16
+but not FP16 (AMD Zen 4) ``core.bf16_scan`` screens the same way from a bf16 copy (``Bf16Vectors``), its exact
+scores the float32 scan's own bits.
 
     .venv/bin/python -m pytest -q tests/core/test_flat_search.py
 """
@@ -80,7 +82,7 @@ import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -280,13 +282,14 @@ def half_product(queries: Any, half: Any, out: Any) -> Any:
     return out
 
 
-def rounds_once(scores: np.ndarray, queries: np.ndarray, x: np.ndarray) -> bool:
+def rounds_once(scores: np.ndarray, queries: np.ndarray, x: np.ndarray, u: float = 2.0**-11) -> bool:
     """Whether the fp16 scores (R, n) of queries (R, d) by vectors (n, d), all fp16 numbers, are what a float32 sum of
     their products rounded once to fp16 may give: within u |q.x| + 2 g S + 2^-24 of q.x (``half_error``'s terms
     without the queries' rounding). A kernel that sums in fp16, or rounds partial sums, is off by about u times the
-    partial sums instead, beyond the bound ``half_error`` relies on."""
+    partial sums instead, beyond the bound ``half_error`` relies on. ``u``: the unit roundoff of the scores' type
+    (bf16's 2^-8 for ``core.bf16_scan``'s, whose scores, queries and vectors are bf16 numbers)."""
     d = x.shape[1]
-    u, g = 2.0**-11, d * 2.0**-24 / (1 - d * 2.0**-24)
+    g = d * 2.0**-24 / (1 - d * 2.0**-24)
     q64, x64 = queries.astype(np.float64), x.astype(np.float64)
     exact = q64 @ x64.T  # the products of fp16 numbers and their float64 sum: within d 2^-53 S
     allowed = u * np.abs(exact) + 2 * g * (np.abs(q64) @ np.abs(x64).T) + 2.0**-24
@@ -324,6 +327,30 @@ class HalfVectors:
     vectors: Any  # (N, d) torch float16, only read
     max_norm: float
     used: bool
+    # the largest |q| max|h| ranked from these vectors: no query element or score beyond fp16's range
+    limit: ClassVar[float] = 2.0**15
+    # whether ``exact`` gives the float32 scan's own bits, so that a fall-back must be of every query row
+    as_scanned: ClassVar[bool] = False
+
+    def rows(self) -> range:
+        """The query row counts of the scans that rank from these vectors."""
+        return range(1, HALF_ROWS + 1)
+
+    def product(self, queries: Any, out: Any) -> Any:
+        """``out[:] =`` the reduced scores of ``queries`` (R, d) float32, (R, N) float32 (``half_product``)."""
+        return half_product(queries, self.vectors, out)
+
+    def error(self, query_norms: np.ndarray, d: int) -> np.ndarray:
+        """Per query row, a bound on |reduced score - ``exact`` score| (``half_error``)."""
+        return half_error(query_norms, self.max_norm, d)
+
+    def candidates(self, k: int) -> int:
+        """Tokens a row's reduced scores pick for its k best (``candidates``)."""
+        return candidates(k)
+
+    def exact(self, xb: np.ndarray, queries: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
+        """``FlatScan.exact``'s scores where these vectors score pairs otherwise; None: one einsum a query row."""
+        return None
 
     @classmethod
     def of(cls, half: np.ndarray, xb: np.ndarray) -> HalfVectors:
@@ -512,12 +539,13 @@ class FlatScan:
         self.block = max(1, max_bytes // (4 * max(1, len(xb))))  # query rows whose scores fit the budget
         self.half: HalfVectors | None = None
         self.fell_back = False  # whether a row was ranked from float32 products (no certificate, or a deep round)
-        if (half is not None and half.used and APPROXIMATE and 0 < len(self.queries) <= min(HALF_ROWS, self.block)
-                and len(half.vectors) == len(xb)):
+        if (half is not None and half.used and APPROXIMATE and len(self.queries) in half.rows()
+                and len(self.queries) <= self.block and len(half.vectors) == len(xb)):
             norms = np.linalg.norm(self.queries.numpy().astype(np.float64), axis=1)
-            if norms.max() * max(1.0, half.max_norm) < 2**15:  # no query element or score beyond fp16's range
-                self.half, self._margin = half, half_error(norms, half.max_norm, xb.shape[1])
+            if norms.max() * max(1.0, half.max_norm) < half.limit:
+                self.half, self._margin = half, half.error(norms, xb.shape[1])
         self._all: Any = None  # the held (Q, N) products: exact, or with ``half`` the fp16 ones widened
+        self._float32: Any = None  # a reduced scan's float32 (Q, N) products, once a row fell back (``_fall_back``)
         self._maxima: Any = None  # block_maxima of the held scores, for every round
         self._products_of = products_of
 
@@ -538,7 +566,7 @@ class FlatScan:
                 return self._all
             out = SCRATCH.take(self, len(self.queries), len(self.xb))
             self._all = (self._score(self.queries, out) if self.half is None
-                         else self._mask(half_product(self.queries, self.half.vectors, out)))
+                         else self._mask(self.half.product(self.queries, out)))
         return self._all
 
     def _take_products(self) -> Any:
@@ -571,8 +599,11 @@ class FlatScan:
         bits depend on the shape it is given): a fp16 scan ranks by these, and its batch's spans are scored with them
         (``BatchScores``). Tokens are gathered ``EXACT_PAIRS`` at a time: for 12k pairs of 8 questions (two scores
         each) 6.8 ms against 8.5 all at once (medians, 2-core Xeon; sharing the pieces between two threads did not
-        help)."""
+        help). A bf16 scan's pairs are scored as the float32 scan scores them instead (``HalfVectors.exact``)."""
         xb, q = self.xb.numpy(), self.queries.numpy()
+        scored = None if self.half is None else self.half.exact(xb, q, ids, rows)
+        if scored is not None:
+            return scored
         out = np.empty(rows.shape, np.float32)
         for a in range(0, len(ids), EXACT_PAIRS):
             x = xb[ids[a : a + EXACT_PAIRS]]
@@ -619,10 +650,10 @@ class FlatScan:
         import torch
 
         n = len(self.xb)
-        m = min(candidates(k), n)
+        assert self.half is not None
+        m = min(self.half.candidates(k), n)
         if len(rows) * m > EXACT_SHARE * n:
-            self.fell_back = True
-            return top_ids(self._score(self.queries[torch.from_numpy(rows)]), k)
+            return self._fall_back(rows, k)
         values, ids = (t.numpy() for t in top_values(self._all, min(m + 1, n), picked, self._maxima))
         cand = np.sort(ids[:, :m], axis=1)  # (r, m) ascending ids: a column's place is its id's, for top_ids's ties
         exact = self.exact(cand.reshape(-1), np.repeat(rows, m)[:, None]).reshape(len(rows), m)
@@ -635,6 +666,18 @@ class FlatScan:
             kth = np.sort(exact, axis=1)[:, m - k].astype(np.float64)
             failed = np.flatnonzero((kth <= outside + self._margin[rows]) & ~np.isneginf(outside))
             if len(failed):
-                self.fell_back = True
-                out[failed] = top_ids(self._score(self.queries[torch.from_numpy(rows[failed])]), k)
+                out[failed] = self._fall_back(rows[failed], k)
         return out
+
+    def _fall_back(self, rows: np.ndarray, k: int) -> np.ndarray:
+        """``top`` of query rows ``rows`` from float32 products: of those rows alone, or where the reduced vectors'
+        ``exact`` has the float32 scan's bits (``as_scanned``), of every query row, as the float32 scan computes them
+        (a row's bits there may depend on the rows beside it), kept for the scan's later rounds."""
+        import torch
+
+        self.fell_back = True
+        if self.half is None or not self.half.as_scanned:
+            return top_ids(self._score(self.queries[torch.from_numpy(rows)]), k)
+        if self._float32 is None:
+            self._float32 = self._score(self.queries)
+        return top_ids(self._float32, k, rows)

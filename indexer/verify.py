@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 
 from spanseek.core import integrity, phrase_index
+from spanseek.core.bf16_scan import keeps_bf16
+from spanseek.core.dense import flat_holds_fine
 from spanseek.core.faiss_spec import ivf_of
 from spanseek.core.fine_store import store_files
 from spanseek.core.flat_search import flat_vectors, keeps_transposed
@@ -62,7 +64,8 @@ def memory_per_token(index: PhraseIndex) -> dict[str, Any]:
     RAM: faiss index (its serialised size, which is its in-memory size up to small headers), arrays loaded into
     memory (not memory-mapped), the passage and document stores (their JSONL size; Python objects add more),
     and the Searcher's passage -> document array, and where a flat index is scanned from a transposed copy of its
-    vectors on this CPU (``core.flat_search.keeps_transposed``), that copy. Mapped: memory-mapped files (page cache,
+    vectors on this CPU (``core.flat_search.keeps_transposed``), that copy, and where small batches are screened
+    with a bf16 copy (``core.bf16_scan.keeps_bf16``), that one. Mapped: memory-mapped files (page cache,
     read on demand).
     """
     n = max(1, index.num_tokens)
@@ -84,6 +87,8 @@ def memory_per_token(index: PhraseIndex) -> dict[str, Any]:
     xb = flat_vectors(index.faiss)
     if xb is not None and keeps_transposed(xb):
         ram["flat_transposed"] = int(xb.nbytes)
+    if xb is not None and keeps_bf16(xb) and flat_holds_fine(index):
+        ram["flat_bf16"] = int(xb.nbytes) // 2
     disk = sum(_file_bytes(p) for p in d.iterdir())
     return {
         "ram_bytes_per_token": round(sum(ram.values()) / n, 2),

@@ -70,10 +70,11 @@ T = TypeVar("T")
 
 def default_searcher_factory(settings: Settings) -> Searcher:
     """Open the index and the model's question encoder named by the settings."""
-    from spanseek.core import flat_search
+    from spanseek.core import bf16_scan, flat_search
     from spanseek.core.loading import open_searcher
 
     flat_search.TRANSPOSED_BYTES = settings.scan_transposed_bytes  # the process's scans (one service a process)
+    bf16_scan.BF16_BYTES = settings.scan_bf16_bytes
     return open_searcher(settings.index, settings.model, device=settings.device, precision=settings.precision,
                          search_device=settings.search_device, reader=settings.reader,
                          reader_precision=settings.reader_precision,

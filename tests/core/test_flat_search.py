@@ -567,21 +567,33 @@ def test_half_error_bounds_the_fp16_scores_distance_from_the_exact_ones(scale, p
         pytest.skip("this CPU's fp16 product does not round once: the probe keeps scans in float32")
     exact = FlatScan(flat_index(x), queries, None, half=half).exact(
         np.repeat(np.arange(len(x)), HALF_ROWS), np.tile(np.arange(HALF_ROWS), len(x))[:, None]).reshape(len(x), -1).T
-    bound = half_error(np.linalg.norm(queries.astype(np.float64), axis=1), half.max_norm, 384)[:, None]
-    distance = np.abs(fp16.astype(np.float64) - exact)
-    assert (distance <= bound).all()
+    assert_tight_bound(fp16, exact, half_error(np.linalg.norm(queries.astype(np.float64), axis=1), half.max_norm, 384))
+
+
+def assert_tight_bound(reduced: np.ndarray, exact: np.ndarray, bound: np.ndarray) -> None:
+    """Every reduced score (R, n) is within its row's ``bound`` (R,) of the exact one, and the bound is within 10x of
+    the largest distance seen (not needlessly loose)."""
+    distance = np.abs(reduced.astype(np.float64) - exact)
+    assert (distance <= bound[:, None]).all()
     assert distance.max() > bound.max() / 10
 
 
-def summed_in_fp16(queries, half, out):
-    """A product whose running sum is rounded to fp16 after every term (a kernel accumulating in half precision)."""
+def summed_in(dtype: str):
+    """A product whose running sum is rounded to ``dtype`` ("float16", "bfloat16") after every term (a kernel
+    accumulating in that precision), for the probes to refuse."""
     import torch
 
-    q = queries.half()
-    acc = torch.zeros(len(q), len(half), dtype=torch.float16)
-    for i in range(q.shape[1]):
-        acc = acc + q[:, i : i + 1] * half[:, i]
-    return out.copy_(acc)
+    def product(queries, vectors, out):
+        q = queries.to(getattr(torch, dtype))
+        acc = torch.zeros(len(q), len(vectors), dtype=q.dtype)
+        for i in range(q.shape[1]):
+            acc = acc + q[:, i : i + 1] * vectors[:, i]
+        return out.copy_(acc)
+
+    return product
+
+
+summed_in_fp16 = summed_in("float16")
 
 
 def test_the_probe_refuses_a_product_that_sums_in_fp16(monkeypatch):

@@ -177,6 +177,23 @@ def test_the_memory_counts_the_transposed_copy_a_scan_keeps(tiny_index, product,
     assert mem["ram_breakdown"].get("flat_transposed") == (4 * d if product == "pieces" else None)
 
 
+@pytest.mark.parametrize("flags", ["avx2 avx512f avx512_bf16", "avx2 avx512f avx512_bf16 avx512_fp16", "avx2"])
+def test_the_memory_counts_the_bf16_copy_a_scan_keeps(tiny_index, flags, monkeypatch):
+    """Where small batches' scans screen with a bf16 copy of the vectors (AVX-512 BF16 without FP16), the RAM per
+    token counts its 2 bytes a dimension; within its bound only."""
+    from spanseek.core import bf16_scan, flat_search
+
+    monkeypatch.setattr(flat_search, "cpu_info", lambda: {"vendor_id": "AuthenticAMD", "flags": flags})
+    monkeypatch.setattr(bf16_scan, "HALF_MIN_TOKENS", 0)
+    monkeypatch.setattr(bf16_scan, "BF16_BYTES", 1 << 30)
+    index = PhraseIndex(tiny_index)
+    d = index.vectors.shape[1]
+    kept = flags == "avx2 avx512f avx512_bf16"
+    assert memory_per_token(index)["ram_breakdown"].get("flat_bf16") == (2 * d if kept else None)
+    monkeypatch.setattr(bf16_scan, "BF16_BYTES", 0)
+    assert "flat_bf16" not in memory_per_token(index)["ram_breakdown"]
+
+
 def test_verify_says_which_model_built_the_index(tiny_index, tiny_model_dir):
     from spanseek.core.model import model_fingerprint, phrase_fingerprint, resolve_model
 

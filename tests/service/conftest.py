@@ -63,8 +63,8 @@ def settings_for(tiny_index, tiny_model_dir) -> Callable[..., Settings]:
 # the settings open_searcher reads (service.app.default_searcher_factory), and question_cache: an app attaches a cache
 # to its encoder
 ENCODER_FIELDS = ("model", "device", "precision", "runtime", "reader", "reader_precision", "search_device",
-                  "selection_cache_bytes", "unanswerable_prior", "scan_transposed_bytes", "torch_threads",
-                  "question_cache")
+                  "selection_cache_bytes", "unanswerable_prior", "scan_transposed_bytes", "scan_bf16_bytes",
+                  "torch_threads", "question_cache")
 
 
 @pytest.fixture(autouse=True)
@@ -73,7 +73,7 @@ def shared_encoder(monkeypatch, settings_for, tiny_searcher) -> None:
     index (the tiny one, a merged base, an alias's target) with the question encoder of ``tiny_searcher``, as a hot
     reload does (``reopen_searcher``), instead of loading the model again: 0.3-1 s an app, and the service tests
     start about 120. Other settings (another model, a reader, a question cache) load theirs as the service does."""
-    from spanseek.core import flat_search
+    from spanseek.core import bf16_scan, flat_search
     from spanseek.core.loading import reopen_searcher
 
     reference = settings_for()
@@ -83,6 +83,7 @@ def shared_encoder(monkeypatch, settings_for, tiny_searcher) -> None:
         if any(getattr(settings, f) != getattr(reference, f) for f in ENCODER_FIELDS):
             return default(settings)
         flat_search.TRANSPOSED_BYTES = settings.scan_transposed_bytes  # as the service's factory sets it
+        bf16_scan.BF16_BYTES = settings.scan_bf16_bytes
         return reopen_searcher(settings.index, settings.model, tiny_searcher.encoder)
 
     monkeypatch.setattr(app_module, "default_searcher_factory", factory)
