@@ -13,8 +13,7 @@ Measured on a 2-core AMD EPYC (Zen 4, AVX-512 BF16, no AVX-512 FP16), the demo i
 time of the product alone, medians of 9 in turn with float32's: 8 rows 19 against 28 ms, 16 rows 26 against 51, 32
 rows 33 against 64, 64 rows 66 against 104, 128 rows 124 against 178; at 2 and 4 rows the float32 scan's tall
 product is as fast (13 against 17, 19 against 18 ms). The bf16 copy is made once per index and costs 2 bytes a
-token dimension (768 bytes a token at 384 dims), within ``BF16_BYTES`` (0 by default: no copy, no screen);
-``spanseek index verify`` counts it.
+token dimension (768 bytes a token at 384 dims), within ``BF16_BYTES``; ``spanseek index verify`` counts it.
 
     .venv/bin/python -m pytest -q tests/core/test_bf16_scan.py
 """
@@ -46,9 +45,8 @@ BF16_UNIT = 2.0**-8  # bf16's unit roundoff (8 significant bits)
 # index as fast) to 16 (module docstring)
 BF16_MIN_ROWS = 8
 BF16_ROWS = 32
-# the largest flat index (float32 bytes) whose scans keep a bf16 copy of its vectors (half as many bytes); 0 (the
-# default): none, every scan in float32
-BF16_BYTES = 0
+# the largest flat index (float32 bytes) whose scans keep a bf16 copy of its vectors (half as many bytes)
+BF16_BYTES = 1 << 30
 # first query rows of the pairs of one product of ``scores_as_scanned`` past SMALL_ROWS (with their other rows: a
 # question's start and end rows, 16): more rows give each token read more products, fewer read it more often
 PAIR_LINES = 8

@@ -252,7 +252,7 @@ class Settings(BaseSettings):
         "Intel's: faster, as much RAM again; 0: never"))
     # On CPUs with AVX-512 BF16 but not FP16 (AMD Zen 4) small batches' scans screen with a bf16 copy of an exact
     # index's vectors (core.bf16_scan): faster, half as much RAM again as the vectors.
-    scan_bf16_bytes: int = Field(0, ge=0, description=(
+    scan_bf16_bytes: int = Field(1 << 30, ge=0, description=(
         "largest exact index (bytes of float32 vectors) whose scans keep a bf16 copy to screen batches of 4-16 "
         "questions with, on CPUs with AVX-512 BF16 but not FP16: the same hits, faster, half as much RAM again; 0: "
         "never"))
